@@ -1,0 +1,88 @@
+//! Element types a variable can hold, and their runtime tags.
+
+use std::fmt;
+
+/// The runtime tag of an element type, as reported by [`Store::list`](crate::Store::list)
+/// and in error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DType {
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// `i32`
+    I32,
+    /// `i64`
+    I64,
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+        })
+    }
+}
+
+/// A tensor element type: `f32`, `f64`, `i32` or `i64`.
+///
+/// The trait is sealed: the store relies on each element type having exactly one [`DType`].
+/// Integer arithmetic wraps on overflow (as TensorFlow's integer kernels do) instead of
+/// panicking, because an `assign_add` must never panic halfway through a tensor.
+pub trait Element:
+    Copy + Default + PartialEq + fmt::Debug + Send + Sync + 'static + sealed::Sealed
+{
+    /// This type's runtime tag.
+    const DTYPE: DType;
+    /// `a + b` (wrapping for integers).
+    fn add(a: Self, b: Self) -> Self;
+    /// `a - b` (wrapping for integers).
+    fn sub(a: Self, b: Self) -> Self;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! float {
+    ($t:ty, $tag:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$tag;
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self {
+                a + b
+            }
+            #[inline(always)]
+            fn sub(a: Self, b: Self) -> Self {
+                a - b
+            }
+        }
+    };
+}
+
+macro_rules! int {
+    ($t:ty, $tag:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$tag;
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self {
+                a.wrapping_add(b)
+            }
+            #[inline(always)]
+            fn sub(a: Self, b: Self) -> Self {
+                a.wrapping_sub(b)
+            }
+        }
+    };
+}
+
+float!(f32, F32);
+float!(f64, F64);
+int!(i32, I32);
+int!(i64, I64);

@@ -1,0 +1,137 @@
+//! The crate's one error type.
+//!
+//! Every fallible operation returns [`Error`]. Each variant names the variable (or section)
+//! involved and the shapes, dtypes or versions that did not fit, so the message alone tells a
+//! user what to change. An operation that returns an error has applied nothing.
+
+use crate::DType;
+
+/// Everything that can go wrong in mvtensor.
+///
+/// ```
+/// use mvtensor::{Error, Variable};
+/// use ndarray::ArrayD;
+///
+/// let v = Variable::builder(ArrayD::<f32>::zeros(vec![4])).name("w").build();
+/// let err = v.assign_add(&ArrayD::zeros(vec![])).unwrap_err();
+/// assert!(matches!(err, Error::ShapeMismatch { .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "shape mismatch on variable `w`: it has shape [4], the value has shape [] (no broadcasting)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value or delta does not have the variable's shape. mvtensor never broadcasts.
+    #[error(
+        "shape mismatch on variable `{variable}`: it has shape {expected:?}, \
+         the value has shape {found:?} (no broadcasting)"
+    )]
+    ShapeMismatch {
+        /// The variable written.
+        variable: String,
+        /// The variable's shape.
+        expected: Vec<usize>,
+        /// The shape of the value supplied.
+        found: Vec<usize>,
+    },
+
+    /// A variable was asked for with another element type than it holds.
+    #[error("dtype mismatch on variable `{variable}`: it holds {found}, {expected} was asked for")]
+    DTypeMismatch {
+        /// The variable.
+        variable: String,
+        /// The element type asked for.
+        expected: DType,
+        /// The element type the variable holds.
+        found: DType,
+    },
+
+    /// No variable of that name exists.
+    #[error("no variable named `{name}`")]
+    NotFound {
+        /// The name looked up.
+        name: String,
+    },
+
+    /// A variable of that name already exists in the store.
+    #[error("a variable named `{name}` already exists (it holds {dtype}, shape {shape:?})")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// The element type of the existing variable.
+        dtype: DType,
+        /// The shape of the existing variable.
+        shape: Vec<usize>,
+    },
+
+    /// `compare_and_set` saw another version than the one expected.
+    #[error(
+        "version conflict on variable `{variable}`: expected version {expected}, found {actual}"
+    )]
+    VersionConflict {
+        /// The variable.
+        variable: String,
+        /// The version the caller expected.
+        expected: u64,
+        /// The variable's current version.
+        actual: u64,
+    },
+
+    /// A resource is already claimed exclusively, or an exclusive claim meets any other claim.
+    #[error(
+        "resource conflict on variable `{resource}`: section `{requested_by}` wants it \
+         {requested}, but section `{held_by}` holds it {held}"
+    )]
+    ResourceConflict {
+        /// The contested variable.
+        resource: String,
+        /// The section that already claims it.
+        held_by: String,
+        /// How `held_by` claims it ("exclusively" or "shared").
+        held: &'static str,
+        /// The section being built.
+        requested_by: String,
+        /// How the new section asked for it.
+        requested: &'static str,
+    },
+
+    /// `execute` was called from inside an execution on the same thread, or a queued
+    /// resource was written directly from inside an execution. Waiting would deadlock.
+    #[error(
+        "re-entrant call from inside an execution of section `{running}`: {attempted} \
+         (it would wait on itself; use the Txn for writes inside an execution)"
+    )]
+    Reentrant {
+        /// The section this thread is executing in.
+        running: String,
+        /// What was attempted.
+        attempted: String,
+    },
+
+    /// An execution tried to write a variable its section does not hold.
+    #[error("variable `{variable}` is not in the resource set of section `{section}`")]
+    NotInResourceSet {
+        /// The variable written.
+        variable: String,
+        /// The section.
+        section: String,
+    },
+}
+
+/// `Result<T, mvtensor::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Checks that `found` is exactly `expected`, naming `variable` otherwise.
+pub(crate) fn check_shape(variable: &str, expected: &[usize], found: &[usize]) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch {
+            variable: variable.to_owned(),
+            expected: expected.to_vec(),
+            found: found.to_vec(),
+        })
+    }
+}

@@ -1,0 +1,175 @@
+//! The head: one atomic pointer to a variable's newest version.
+//!
+//! The head owns one strong count of the version it points to (`Arc::into_raw`). Publishing
+//! a version is a compare-and-swap of the head; the count the head held on the old version
+//! moves into the new version's `prev`, and is retired through the epoch once the new
+//! version commits. So at most two versions are reachable from a head: the newest, and while
+//! it is pending the committed one before it.
+//!
+//! The pointer's low bit marks a *queued* variable (one that belongs to a critical section):
+//! lock-free writers expect an unmarked pointer, so marking the head makes every one of their
+//! in-flight compare-and-swaps fail and sends them to the variable's ticket queue.
+
+use std::sync::Arc;
+
+use crate::sync::{epoch, AtomicPtr, Ordering};
+use crate::version::{retire, Version};
+
+const QUEUED: usize = 1;
+
+pub(crate) struct Head<A: Send + Sync + 'static> {
+    ptr: AtomicPtr<Version<A>>,
+}
+
+/// What a writer saw when it loaded the head: the raw word to compare against, and the
+/// committed version to build on.
+pub(crate) struct Current<'g, A: Send + Sync + 'static> {
+    pub(crate) raw: *mut Version<A>,
+    pub(crate) version: &'g Version<A>,
+}
+
+impl<A: Send + Sync + 'static> Current<'_, A> {
+    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
+    pub(crate) fn queued(&self) -> bool {
+        self.raw.addr() & QUEUED != 0
+    }
+}
+
+impl<A: Send + Sync + 'static> Head<A> {
+    pub(crate) fn new(first: Arc<Version<A>>) -> Self {
+        debug_assert!(first.record.is_committed());
+        Self {
+            ptr: AtomicPtr::new(Arc::into_raw(first).cast_mut()),
+        }
+    }
+
+    /// The newest *committed* version: the read path. Wait-free: one acquire load of the head,
+    /// one of the record, and (only while a write is mid-commit) one of `prev`.
+    pub(crate) fn visible<'g>(&self, guard: &'g epoch::Guard) -> &'g Version<A> {
+        let newest = self.newest(guard);
+        if newest.record.is_committed() {
+            return newest;
+        }
+        // Acquire: pairs with the install's Release so the older version's contents are seen.
+        let prev = newest.prev.load(Ordering::Acquire);
+        if prev.is_null() {
+            // `prev` is cleared only after the commit, so the newest one is committed by now.
+            return newest;
+        }
+        // SAFETY: `prev` was reachable from the head while we are pinned, so its retirement
+        // (if any) happens after our pin and its memory outlives `guard`.
+        unsafe { &*prev }
+    }
+
+    /// The version a snapshot at clock value `at` sees, or `None` if writes since `at` have
+    /// already unlinked it (the snapshot then retries at a newer clock value).
+    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
+    pub(crate) fn visible_at<'g>(
+        &self,
+        at: u64,
+        guard: &'g epoch::Guard,
+    ) -> Option<&'g Version<A>> {
+        let newest = self.newest(guard);
+        if newest.record.visible_at(at) {
+            return Some(newest);
+        }
+        // Acquire: as in `visible`.
+        let prev = newest.prev.load(Ordering::Acquire);
+        // SAFETY: as in `visible`: reachable from the head while pinned.
+        let prev = unsafe { prev.as_ref() }?;
+        prev.record.visible_at(at).then_some(prev)
+    }
+
+    /// Loads the head for a write, helping a pending single-variable write to commit first,
+    /// so that the new version is built on a committed one (which is what keeps the chain at
+    /// two). Pending multi-variable writes never show up here: their variables are queued and
+    /// the writer holding the queue commits before it lets the next writer in.
+    pub(crate) fn current<'g>(&self, guard: &'g epoch::Guard) -> Current<'g, A> {
+        // Acquire: pairs with the install's Release, so the version's contents are visible.
+        let raw = self.ptr.load(Ordering::Acquire);
+        // SAFETY: the head always holds a count on its version, and retirement of a replaced
+        // head waits for our pin.
+        let version = unsafe { &*untag(raw) };
+        if !version.record.is_committed() {
+            version.record.commit();
+            version.release_prev(guard);
+        }
+        Current { raw, version }
+    }
+
+    /// Publishes `new` if the head is still `expected.raw`; keeps the queued mark as it was.
+    /// On success the head's count of the old version moves into `new.prev`, and the caller
+    /// must commit `new`'s record (then call [`Version::release_prev`]). On failure `new` is
+    /// handed back untouched.
+    pub(crate) fn install<'g>(
+        &self,
+        expected: &Current<'g, A>,
+        new: Arc<Version<A>>,
+        _guard: &'g epoch::Guard,
+    ) -> Result<&'g Version<A>, Arc<Version<A>>> {
+        // Relaxed: the successful CAS below releases it together with the rest of `new`.
+        new.prev.store(untag(expected.raw), Ordering::Relaxed);
+        let new_raw = Arc::into_raw(new).cast_mut();
+        let tagged = new_raw.map_addr(|a| a | (expected.raw.addr() & QUEUED));
+        // AcqRel on success: Release publishes `new` (data, record, prev) to readers; Acquire
+        // orders the old head's retirement after its readers' view. Relaxed on failure: the
+        // caller reloads with Acquire before looking at anything.
+        match self
+            .ptr
+            .compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            // SAFETY: `new_raw` is now the head, which keeps it alive at least until a later
+            // write retires it, and that retirement waits for the caller's pin.
+            Ok(_) => Ok(unsafe { &*new_raw }),
+            Err(_) => {
+                // SAFETY: the CAS failed, so nobody else saw `new_raw`; we take back the count
+                // we gave away with `into_raw`.
+                let new = unsafe { Arc::from_raw(new_raw) };
+                // Relaxed: `new` is private again.
+                new.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+                Err(new)
+            }
+        }
+    }
+
+    /// Marks or unmarks the head as queued (see the module docs). Returns whether it changed.
+    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
+    pub(crate) fn set_queued(&self, queued: bool) -> bool {
+        // AcqRel: the mark must be ordered with the claim bookkeeping around it, and a failed
+        // lock-free CAS that observes it must see the claim.
+        let old = self
+            .ptr
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                let want = if queued {
+                    p.addr() | QUEUED
+                } else {
+                    p.addr() & !QUEUED
+                };
+                (want != p.addr()).then(|| p.with_addr(want))
+            });
+        old.is_ok()
+    }
+
+    /// The newest version, committed or not.
+    fn newest<'g>(&self, _guard: &'g epoch::Guard) -> &'g Version<A> {
+        // Acquire: pairs with the install's Release, so the version's contents are visible.
+        let raw = self.ptr.load(Ordering::Acquire);
+        // SAFETY: the head holds a count on its version, and retiring a replaced head waits
+        // for every thread pinned now, `_guard`'s thread included.
+        unsafe { &*untag(raw) }
+    }
+}
+
+impl<A: Send + Sync + 'static> Drop for Head<A> {
+    fn drop(&mut self) {
+        // Relaxed: `drop` has exclusive access to the head.
+        let raw = untag(self.ptr.load(Ordering::Relaxed));
+        // SAFETY: the head owns one strong count of its version. A `Snapshot` may still
+        // borrow it under a pin, so the count goes through the epoch.
+        retire(unsafe { Arc::from_raw(raw) }, &epoch::pin());
+    }
+}
+
+fn untag<A: Send + Sync + 'static>(p: *mut Version<A>) -> *mut Version<A> {
+    p.map_addr(|a| a & !QUEUED)
+}

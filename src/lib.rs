@@ -1,0 +1,99 @@
+//! A lock-free, multi-version (MVCC) tensor store for programs where many threads read and
+//! update the same tensors at once.
+//!
+//! A [`Variable`] holds an immutable [`ndarray`] tensor. Writers never change a published
+//! tensor: each write builds a new *version* and swaps one atomic pointer to it, and old
+//! versions are reclaimed through [crossbeam-epoch] once no reader can see them. So readers
+//! always see a stable value and never wait, and there is no torn value or lost update to
+//! defend against.
+//!
+//! # A first example
+//!
+//! ```
+//! use mvtensor::{Store, Variable};
+//! use ndarray::ArrayD;
+//!
+//! let store = Store::new();
+//! let w: Variable<f32> = store.variable("w", ArrayD::zeros(vec![1024]))?;
+//!
+//! std::thread::scope(|s| {
+//!     for _ in 0..4 {
+//!         let w = w.clone();
+//!         s.spawn(move || {
+//!             let grad = ArrayD::from_elem(vec![1024], 0.5f32);
+//!             for _ in 0..100 {
+//!                 w.assign_add(&grad).unwrap(); // no lock, no lost update
+//!             }
+//!         });
+//!     }
+//!     s.spawn(|| {
+//!         let snapshot = w.read(); // wait-free; never changes while we look at it
+//!         let first = snapshot[[0]];
+//!         assert!(snapshot.iter().all(|&x| x == first), "never a torn value");
+//!     });
+//! });
+//! assert!(w.read().iter().all(|&x| x == 200.0));
+//! assert_eq!(w.version(), 400);
+//! # Ok::<(), mvtensor::Error>(())
+//! ```
+//!
+//! # What you get
+//!
+//! * **Wait-free reads.** [`Variable::read`] is an epoch pin plus one acquire load. It takes
+//!   no lock, writes no shared cache line, and never waits for a writer. The [`Snapshot`]
+//!   it returns never changes. For long-lived reads, [`Variable::read_owned`] returns a
+//!   reference-counted [`OwnedSnapshot`] that does not hold up reclamation.
+//! * **Lock-free writes.** [`assign`](Variable::assign), [`update`](Variable::update),
+//!   [`fetch_update`](Variable::fetch_update) and
+//!   [`compare_and_set`](Variable::compare_and_set) publish with one compare-and-swap.
+//!   Every write returns its version number: 0 at creation, +1 per commit.
+//! * **Linearizable read-modify-write.** `fetch_update` hands out each value exactly once,
+//!   so an atomic counter works, which TensorFlow documents as impossible for `tf.Variable`.
+//! * **Bounded memory.** With no snapshot held, a variable keeps its current version, at
+//!   most one older one while a write commits, and what the epoch has not reclaimed yet.
+//! * **Typed errors.** Wrong shape (never broadcast), wrong dtype, unknown or duplicate
+//!   name, stale version: each is an [`Error`] naming the variable and what did not fit.
+//!   An operation that fails has applied nothing.
+//!
+//! # How it works
+//!
+//! Each variable has a *head*: one atomic pointer to its newest version. A version holds
+//! the tensor, its number, and a *commit record*. A write installs its new version with a
+//! compare-and-swap on the head, then commits the record by drawing a timestamp from a
+//! global commit clock. Readers only show committed versions; while the newest one is still
+//! committing they fall back to the one before it, which the new version keeps reachable
+//! until it commits. The design chapter, `docs/design.md`, walks through every step, its
+//! linearization point and the reason for each memory ordering.
+//!
+//! # Trade-offs
+//!
+//! * Every write copies the tensor (that is what makes reads free). For a single writer
+//!   updating in place with nobody reading, a plain `&mut` array is faster.
+//! * A [`Snapshot`] pins the epoch: while one is held, no version retired by any thread is
+//!   freed. Keep them short; use [`OwnedSnapshot`] for anything long.
+//!
+//! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
+
+#![warn(missing_docs)]
+
+mod element;
+mod error;
+mod head;
+mod kernel;
+mod record;
+mod snapshot;
+mod stats;
+mod store;
+mod sync;
+mod variable;
+mod version;
+
+pub use element::{DType, Element};
+pub use error::{Error, Result};
+pub use snapshot::{OwnedSnapshot, Snapshot};
+pub use stats::Stats;
+pub use store::{Store, VariableInfo};
+pub use variable::{Variable, VariableBuilder};
+
+/// Re-exported so that users name the same `ndarray` version as mvtensor.
+pub use ndarray;

@@ -1,0 +1,146 @@
+//! Immutable views of one version: [`Snapshot`] (pinned, for short reads) and
+//! [`OwnedSnapshot`] (reference-counted, for long ones).
+
+use std::fmt;
+use std::ops::Deref;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use ndarray::ArrayD;
+
+use crate::sync::epoch;
+use crate::version::Version;
+use crate::Element;
+
+/// A short-lived, wait-free view of one version of a variable, from
+/// [`Variable::read`](crate::Variable::read).
+///
+/// It dereferences to the tensor (`&ArrayD<A>`), and that tensor never changes, whatever
+/// writers do. While it lives, the thread stays *pinned* in the epoch, which delays the
+/// reclamation of every version retired meanwhile, by every thread. Keep it for a read, a
+/// sum, a step; for anything longer (across an await, a sleep, a channel) use
+/// [`Variable::read_owned`](crate::Variable::read_owned) or [`Snapshot::to_owned_snapshot`].
+///
+/// `Snapshot` is neither `Send` nor `Sync`: the pin belongs to the thread that took it.
+pub struct Snapshot<A: Element> {
+    version: NonNull<Version<A>>,
+    // Declared after `version` only for readability: `version` is a plain pointer with no
+    // drop glue, and the guard is what keeps it valid.
+    _guard: epoch::Guard,
+}
+
+impl<A: Element> Snapshot<A> {
+    /// Wraps a version that was reachable while `guard` was pinned.
+    pub(crate) fn new(version: &Version<A>, guard: epoch::Guard) -> Self {
+        Self {
+            version: NonNull::from(version),
+            _guard: guard,
+        }
+    }
+
+    fn get(&self) -> &Version<A> {
+        // SAFETY: the version was reachable from its variable while `_guard` was pinned, so it
+        // cannot be reclaimed before `_guard` is dropped, which is after `self`.
+        unsafe { self.version.as_ref() }
+    }
+
+    /// The version number: 0 for the value the variable was created with, plus one per commit.
+    pub fn version(&self) -> u64 {
+        self.get().number
+    }
+
+    /// The commit timestamp on the global commit clock (comparable across variables).
+    pub fn timestamp(&self) -> u64 {
+        self.get().timestamp()
+    }
+
+    /// The tensor (also available through `Deref`).
+    pub fn data(&self) -> &ArrayD<A> {
+        &self.get().data
+    }
+
+    /// A reference-counted handle on the same version, which does not pin the epoch.
+    pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A> {
+        let raw: *const Version<A> = self.version.as_ptr();
+        // SAFETY: the version is alive (see `get`) and every version lives in an `Arc` (heads
+        // and `prev` links hold counts taken with `Arc::into_raw`), so we may add a count.
+        unsafe { Arc::increment_strong_count(raw) };
+        // SAFETY: we own the count just added.
+        OwnedSnapshot::new(unsafe { Arc::from_raw(raw) })
+    }
+}
+
+impl<A: Element> Deref for Snapshot<A> {
+    type Target = ArrayD<A>;
+    fn deref(&self) -> &ArrayD<A> {
+        self.data()
+    }
+}
+
+impl<A: Element> fmt::Debug for Snapshot<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("version", &self.version())
+            .field("timestamp", &self.timestamp())
+            .field("data", self.data())
+            .finish()
+    }
+}
+
+/// A reference-counted view of one version of a variable, from
+/// [`Variable::read_owned`](crate::Variable::read_owned).
+///
+/// `Send + Sync + 'static`, cheap to clone, and it never pins the epoch: hold it as long as
+/// you like, only its own version stays in memory. Taking one costs one atomic increment on
+/// the version's reference count, which is why [`Variable::read`](crate::Variable::read) is
+/// the faster choice for short reads.
+pub struct OwnedSnapshot<A: Element> {
+    version: Arc<Version<A>>,
+}
+
+impl<A: Element> Clone for OwnedSnapshot<A> {
+    fn clone(&self) -> Self {
+        Self {
+            version: Arc::clone(&self.version),
+        }
+    }
+}
+
+impl<A: Element> OwnedSnapshot<A> {
+    pub(crate) fn new(version: Arc<Version<A>>) -> Self {
+        debug_assert!(version.record.is_committed());
+        Self { version }
+    }
+
+    /// The version number (see [`Snapshot::version`]).
+    pub fn version(&self) -> u64 {
+        self.version.number
+    }
+
+    /// The commit timestamp on the global commit clock.
+    pub fn timestamp(&self) -> u64 {
+        self.version.timestamp()
+    }
+
+    /// The tensor (also available through `Deref`).
+    pub fn data(&self) -> &ArrayD<A> {
+        &self.version.data
+    }
+}
+
+impl<A: Element> Deref for OwnedSnapshot<A> {
+    type Target = ArrayD<A>;
+    fn deref(&self) -> &ArrayD<A> {
+        self.data()
+    }
+}
+
+impl<A: Element> fmt::Debug for OwnedSnapshot<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedSnapshot")
+            .field("version", &self.version())
+            .field("timestamp", &self.timestamp())
+            .field("data", self.data())
+            .finish()
+    }
+}

@@ -1,0 +1,72 @@
+//! Counters that show what the write path did: commits, combining, retries, live versions.
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// What happened to one variable so far; see [`Variable::stats`](crate::Variable::stats).
+///
+/// The counters are read one by one, so a snapshot taken while writers run may be slightly
+/// out of step with itself; each counter on its own is exact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Versions committed since creation (equal to the current version number, plus the
+    /// versions other writers helped to commit, which it already counts).
+    pub commits: u64,
+    /// Compare-and-swap attempts on the head that lost to another writer and were redone.
+    pub cas_retries: u64,
+    /// Combined passes: each applied a batch of one or more queued deltas at once.
+    pub combined_batches: u64,
+    /// Deltas applied through combined passes (`combined_deltas / combined_batches` is the
+    /// mean batch size).
+    pub combined_deltas: u64,
+    /// The largest batch one combined pass applied.
+    pub max_batch: u64,
+    /// Versions of this variable alive right now: the current one, those held by snapshots,
+    /// and retired ones whose reclamation is still pending in the epoch.
+    pub live_versions: usize,
+}
+
+/// The live counters behind [`Stats`], shared by a variable and all its versions.
+///
+/// Every update is Relaxed: they are diagnostics, and publish no other memory.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    commits: AtomicU64,
+    cas_retries: AtomicU64,
+    combined_batches: AtomicU64,
+    combined_deltas: AtomicU64,
+    max_batch: AtomicU64,
+    live_versions: AtomicUsize,
+}
+
+impl Counters {
+    pub(crate) fn version_created(&self) {
+        self.live_versions.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn version_dropped(&self) {
+        self.live_versions.fetch_sub(1, Ordering::Relaxed);
+    }
+    pub(crate) fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn cas_retried(&self) {
+        self.cas_retries.fetch_add(1, Ordering::Relaxed);
+    }
+    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
+    pub(crate) fn combined(&self, batch: usize) {
+        self.combined_batches.fetch_add(1, Ordering::Relaxed);
+        self.combined_deltas
+            .fetch_add(batch as u64, Ordering::Relaxed);
+        self.max_batch.fetch_max(batch as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn read(&self) -> Stats {
+        Stats {
+            commits: self.commits.load(Ordering::Relaxed),
+            cas_retries: self.cas_retries.load(Ordering::Relaxed),
+            combined_batches: self.combined_batches.load(Ordering::Relaxed),
+            combined_deltas: self.combined_deltas.load(Ordering::Relaxed),
+            max_batch: self.max_batch.load(Ordering::Relaxed),
+            live_versions: self.live_versions.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! [`Store`]: a registry of named variables of mixed element types.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ndarray::ArrayD;
+
+use crate::error::{Error, Result};
+use crate::sync::RcuCell;
+use crate::variable::Inner;
+use crate::{DType, Element, Variable};
+
+/// A registry of named variables of mixed element types.
+///
+/// Looking a variable up never blocks (the registry is an RCU cell); registering one
+/// replaces the registry with a copy, which is fine for the few hundred tensors of a model.
+/// Variables are shared handles: the `Variable` returned by [`get`](Self::get) is the same
+/// variable every other thread writes.
+///
+/// ```
+/// use mvtensor::{Error, Store};
+/// use ndarray::ArrayD;
+///
+/// let store = Store::new();
+/// let w = store.variable("w", ArrayD::<f32>::zeros(vec![2, 2]))?;
+/// store.variable("step", ArrayD::<i64>::zeros(vec![]))?;
+/// w.assign_add(&ArrayD::ones(vec![2, 2]))?;
+///
+/// let again = store.get::<f32>("w")?;
+/// assert_eq!(again.version(), 1);
+/// assert!(matches!(store.get::<f64>("w"), Err(Error::DTypeMismatch { .. })));
+/// assert!(matches!(store.variable("w", ArrayD::<f32>::zeros(vec![1])), Err(Error::NameTaken { .. })));
+/// let names: Vec<_> = store.list().into_iter().map(|info| info.name).collect();
+/// assert_eq!(names, ["step", "w"]);
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
+#[derive(Default)]
+pub struct Store {
+    registry: RcuCell<Registry>,
+}
+
+type Registry = BTreeMap<Arc<str>, Entry>;
+
+/// One registered variable, type-erased.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    /// The `Arc<Inner<A>>`, for typed lookups.
+    any: Arc<dyn Any + Send + Sync>,
+    /// The same `Arc`, for what does not need the element type.
+    pub(crate) erased: Arc<dyn ErasedVariable>,
+}
+
+/// What the store can do with a variable without knowing its element type.
+pub(crate) trait ErasedVariable: Send + Sync {
+    fn dtype(&self) -> DType;
+    fn info(&self) -> VariableInfo;
+}
+
+impl<A: Element> ErasedVariable for Inner<A> {
+    fn dtype(&self) -> DType {
+        A::DTYPE
+    }
+    fn info(&self) -> VariableInfo {
+        let guard = crate::sync::epoch::pin();
+        let version = self.head.visible(&guard);
+        VariableInfo {
+            name: self.name.to_string(),
+            dtype: A::DTYPE,
+            shape: version.data.shape().to_vec(),
+            version: version.number,
+        }
+    }
+}
+
+/// A line of [`Store::list`]: what a variable is, as of the moment it was listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VariableInfo {
+    /// The name it is registered under.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its current shape.
+    pub shape: Vec<usize>,
+    /// Its current version number.
+    pub version: u64,
+}
+
+impl Default for RcuCell<Registry> {
+    fn default() -> Self {
+        RcuCell::new(Registry::new())
+    }
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates a fixed-shape variable named `name` holding `init` (version 0) and registers it.
+    ///
+    /// # Errors
+    /// [`Error::NameTaken`] if the store already has a variable of that name.
+    pub fn variable<A: Element>(&self, name: &str, init: ArrayD<A>) -> Result<Variable<A>> {
+        let variable = Variable::builder(init).name(name).build();
+        self.register(&variable)?;
+        Ok(variable)
+    }
+
+    /// Registers an existing variable under its own name (see [`Variable::builder`] for a
+    /// name and a dynamic shape).
+    ///
+    /// # Errors
+    /// [`Error::NameTaken`] if the store already has a variable of that name.
+    pub fn register<A: Element>(&self, variable: &Variable<A>) -> Result<()> {
+        let name: Arc<str> = variable.name().into();
+        let entry = Entry {
+            any: variable.inner.clone(),
+            erased: variable.inner.clone(),
+        };
+        self.registry.update(|registry| {
+            if let Some(existing) = registry.get(&name) {
+                let info = existing.erased.info();
+                return Err(Error::NameTaken {
+                    name: name.to_string(),
+                    dtype: info.dtype,
+                    shape: info.shape,
+                });
+            }
+            let mut next = registry.clone();
+            next.insert(Arc::clone(&name), entry.clone());
+            Ok(next)
+        })
+    }
+
+    /// The variable named `name`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if there is none; [`Error::DTypeMismatch`] if it holds another
+    /// element type than `A`.
+    pub fn get<A: Element>(&self, name: &str) -> Result<Variable<A>> {
+        let registry = self.registry.load();
+        let entry = registry.get(name).ok_or_else(|| Error::NotFound {
+            name: name.to_owned(),
+        })?;
+        let inner =
+            Arc::clone(&entry.any)
+                .downcast::<Inner<A>>()
+                .map_err(|_| Error::DTypeMismatch {
+                    variable: name.to_owned(),
+                    expected: A::DTYPE,
+                    found: entry.erased.dtype(),
+                })?;
+        Ok(Variable { inner })
+    }
+
+    /// Whether a variable named `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.registry.load().contains_key(name)
+    }
+
+    /// The number of registered variables.
+    pub fn len(&self) -> usize {
+        self.registry.load().len()
+    }
+
+    /// Whether the store has no variables.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every variable's name, dtype, shape and version, sorted by name. Each line is read
+    /// on its own; for a consistent view of all values take a store snapshot.
+    pub fn list(&self) -> Vec<VariableInfo> {
+        self.registry
+            .load()
+            .values()
+            .map(|entry| entry.erased.info())
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.list()).finish()
+    }
+}

@@ -1,0 +1,151 @@
+//! The only module that names atomics, locks, epochs or threads.
+//!
+//! Every other module imports its synchronisation primitives from here, so that a build with
+//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom"` swaps all of them for loom's model-checked
+//! versions at once (crossbeam-epoch follows through its own `loom` feature). Tensor payloads
+//! (ndarray) and data-parallel passes (rayon) contain no synchronisation of ours, so the models
+//! in `loom/` drive the real protocols on tiny scalar tensors.
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
+
+pub(crate) use std::sync::atomic::Ordering;
+
+/// Epoch-based reclamation (crossbeam-epoch, loom-aware under `--cfg crossbeam_loom`).
+pub(crate) use crossbeam_epoch as epoch;
+
+/// A mutex for rarely-taken bookkeeping (claims on a resource); never on a read path.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+pub(crate) struct Mutex<T>(
+    #[cfg(not(loom))] std::sync::Mutex<T>,
+    #[cfg(loom)] loom::sync::Mutex<T>,
+);
+
+#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(not(loom))]
+        return Self(std::sync::Mutex::new(value));
+        #[cfg(loom)]
+        return Self(loom::sync::Mutex::new(value));
+    }
+
+    /// Locks, ignoring poison: every critical region here leaves the data consistent before
+    /// it can panic, so a panic elsewhere never makes the state unusable.
+    pub(crate) fn lock(&self) -> impl std::ops::DerefMut<Target = T> + '_ {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Gives the processor (or, under loom, the model's scheduler) to another thread.
+#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+pub(crate) fn yield_now() {
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// Busy-waits politely: spins briefly, then yields the core. Waiting happens only between
+/// writers (a ticket not yet served, a combiner not yet done), never on a read path.
+#[derive(Default)]
+#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+impl Backoff {
+    /// Spins for a short, doubling while, then yields once spinning stops paying off. With more
+    /// threads than cores (the trainers' usual case) the thread we wait for needs our core.
+    pub(crate) fn snooze(&mut self) {
+        #[cfg(not(loom))]
+        if self.step <= 6 {
+            for _ in 0..(1u32 << self.step) {
+                std::hint::spin_loop();
+            }
+            self.step += 1;
+            return;
+        }
+        yield_now();
+    }
+}
+
+/// Process-wide unique ids (variables, sections): resource-id order is what makes critical
+/// sections deadlock-free. Not part of any modelled protocol, so a plain std atomic serves.
+pub(crate) fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Relaxed: only uniqueness matters, and a read-modify-write is unique in any ordering.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The global commit clock. Every commit, of any variable in any store, draws its timestamp
+/// here, so one clock orders all writes and a store snapshot is a cut through that order.
+#[cfg(not(loom))]
+pub(crate) fn clock() -> &'static AtomicU64 {
+    static CLOCK: AtomicU64 = AtomicU64::new(1);
+    &CLOCK
+}
+
+#[cfg(loom)]
+pub(crate) fn clock() -> &'static AtomicU64 {
+    loom::lazy_static! {
+        static ref CLOCK: AtomicU64 = AtomicU64::new(1);
+    }
+    &CLOCK
+}
+
+/// Rarely-replaced shared state (a store's registry): readers load an `Arc` without locking
+/// (arc-swap), writers replace the whole value, retrying if another writer got in first.
+/// Under loom a mutex stands in, so that the models stay inside loom's world.
+pub(crate) struct RcuCell<T> {
+    #[cfg(not(loom))]
+    cell: arc_swap::ArcSwap<T>,
+    #[cfg(loom)]
+    cell: Mutex<std::sync::Arc<T>>,
+}
+
+impl<T> RcuCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            #[cfg(not(loom))]
+            cell: arc_swap::ArcSwap::from_pointee(value),
+            #[cfg(loom)]
+            cell: Mutex::new(std::sync::Arc::new(value)),
+        }
+    }
+
+    /// The current value.
+    pub(crate) fn load(&self) -> std::sync::Arc<T> {
+        #[cfg(not(loom))]
+        return self.cell.load_full();
+        #[cfg(loom)]
+        return std::sync::Arc::clone(&self.cell.lock());
+    }
+
+    /// Replaces the value with `f(current)`, or leaves it alone if `f` fails. `f` may run
+    /// more than once.
+    pub(crate) fn update<E>(&self, mut f: impl FnMut(&T) -> Result<T, E>) -> Result<(), E> {
+        #[cfg(not(loom))]
+        loop {
+            let current = self.cell.load_full();
+            let next = std::sync::Arc::new(f(&current)?);
+            let previous = self.cell.compare_and_swap(&current, next);
+            if std::sync::Arc::ptr_eq(&previous, &current) {
+                return Ok(());
+            }
+        }
+        #[cfg(loom)]
+        {
+            let mut cell = self.cell.lock();
+            *cell = std::sync::Arc::new(f(&cell)?);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Immutable versions of a variable's value.
+
+use std::sync::Arc;
+
+use ndarray::ArrayD;
+
+use crate::record::CommitRecord;
+use crate::stats::Counters;
+use crate::sync::{epoch, AtomicPtr, Ordering};
+
+/// One immutable value of a variable. Nobody mutates a published version; a write builds a
+/// new one and swaps the variable's head to it (see [`Head`](crate::head::Head)).
+pub(crate) struct Version<A: Send + Sync + 'static> {
+    pub(crate) data: ArrayD<A>,
+    /// Grows by one per commit of this variable; the first version is 0.
+    pub(crate) number: u64,
+    /// Shared by every version of one write, so that they become visible together.
+    pub(crate) record: Arc<CommitRecord>,
+    /// The version this one replaced, kept reachable (one strong count, from
+    /// `Arc::into_raw`) until this one commits: a reader that meets this version pending
+    /// falls back to `prev`. The committer (or a helper) swaps it to null and retires it.
+    pub(crate) prev: AtomicPtr<Version<A>>,
+    counters: Arc<Counters>,
+}
+
+impl<A: Send + Sync + 'static> Version<A> {
+    pub(crate) fn new(
+        data: ArrayD<A>,
+        number: u64,
+        record: Arc<CommitRecord>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        counters.version_created();
+        Self {
+            data,
+            number,
+            record,
+            prev: AtomicPtr::new(std::ptr::null_mut()),
+            counters,
+        }
+    }
+
+    /// The commit timestamp; versions handed to users are always committed.
+    pub(crate) fn timestamp(&self) -> u64 {
+        self.record.timestamp().unwrap_or(0)
+    }
+
+    /// Retires `prev` once this version is committed: it is no longer needed by anyone who
+    /// pins from now on. Idempotent; whoever swaps the pointer out owns its count.
+    pub(crate) fn release_prev(&self, guard: &epoch::Guard) {
+        debug_assert!(self.record.is_committed());
+        // AcqRel: Acquire takes ownership of the count published by the install; Release
+        // orders our commit before the null, so a reader who sees null sees us committed.
+        let prev = self.prev.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !prev.is_null() {
+            // SAFETY: a non-null `prev` owns one strong count (from `Arc::into_raw`), and the
+            // swap above moved that count to us alone.
+            retire(unsafe { Arc::from_raw(prev) }, guard);
+        }
+    }
+}
+
+impl<A: Send + Sync + 'static> Drop for Version<A> {
+    fn drop(&mut self) {
+        self.counters.version_dropped();
+        // Relaxed: `drop` has exclusive access (the last `Arc` count was released with the
+        // ordering that makes every earlier write to this version visible here).
+        let prev = self.prev.load(Ordering::Relaxed);
+        if !prev.is_null() {
+            // Normally `release_prev` ran first. If the committer was still on its way when the
+            // last owner let go, the old version may still be in a pinned reader's hands (it
+            // was reachable through us), so it goes through the epoch like any retired head.
+            // SAFETY: a non-null `prev` owns one strong count, and we are its last holder.
+            retire(unsafe { Arc::from_raw(prev) }, &epoch::pin());
+        }
+    }
+}
+
+impl<A: crate::Element> Version<A> {
+    /// Takes the tensor back out of a version nobody else has seen (a lost install).
+    pub(crate) fn into_data(mut self) -> ArrayD<A> {
+        std::mem::replace(&mut self.data, ArrayD::default(ndarray::IxDyn(&[0])))
+    }
+}
+
+/// Drops `version`'s count once every thread pinned now has unpinned. Large tensors flush the
+/// thread's garbage bag at once, so that memory stays within a few versions of what is live.
+pub(crate) fn retire<A: Send + Sync + 'static>(version: Arc<Version<A>>, guard: &epoch::Guard) {
+    let large = version.data.len() * std::mem::size_of::<A>() >= FLUSH_BYTES;
+    guard.defer(move || drop(version));
+    if large {
+        guard.flush();
+    }
+}
+
+/// Versions at least this large are pushed to the global garbage queue at once instead of
+/// waiting in a per-thread bag of up to 64 deferred drops.
+const FLUSH_BYTES: usize = 64 * 1024;

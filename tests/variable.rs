@@ -1,0 +1,169 @@
+//! Single-variable behaviour: versions, snapshots, errors. Concurrency lives in `promises.rs`.
+
+use mvtensor::{Error, Variable};
+use ndarray::{arr0, arr1, ArrayD, IxDyn};
+
+fn ones(shape: &[usize]) -> ArrayD<f32> {
+    ArrayD::ones(IxDyn(shape))
+}
+
+#[test]
+fn every_write_returns_the_next_version_number() {
+    let v = Variable::new(ones(&[3]));
+    assert_eq!(v.version(), 0);
+    assert_eq!(v.assign(ones(&[3]) * 5.0).unwrap(), 1);
+    assert_eq!(v.assign_add(&ones(&[3])).unwrap(), 2);
+    assert_eq!(v.assign_sub(&(ones(&[3]) * 2.0)).unwrap(), 3);
+    assert_eq!(v.update(|x| x * 10.0).unwrap(), 4);
+    assert_eq!(v.compare_and_set(4, ones(&[3])).unwrap(), 5);
+    let old = v.fetch_update(|x| x + 1.0).unwrap();
+    assert_eq!((old.version(), old[[0]]), (5, 1.0));
+    assert_eq!((v.version(), v.read()[[0]]), (6, 2.0));
+    assert_eq!(v.stats().commits, 6);
+}
+
+#[test]
+fn arithmetic_follows_the_writes() {
+    let v = Variable::new(arr1(&[1i64, 2, 3]).into_dyn());
+    v.assign_add(&arr1(&[10, 20, 30]).into_dyn()).unwrap();
+    v.assign_sub(&arr1(&[1, 1, 1]).into_dyn()).unwrap();
+    v.update(|x| x * 2).unwrap();
+    assert_eq!(v.read().as_slice().unwrap(), &[20, 42, 64]);
+}
+
+#[test]
+fn timestamps_follow_commit_order_across_variables() {
+    let a = Variable::new(arr0(0.0f64).into_dyn());
+    let b = Variable::new(arr0(0.0f64).into_dyn());
+    a.assign(arr0(1.0).into_dyn()).unwrap();
+    b.assign(arr0(1.0).into_dyn()).unwrap();
+    assert!(a.read().timestamp() < b.read().timestamp());
+}
+
+#[test]
+fn a_snapshot_outlives_writes_and_the_variable_itself() {
+    let v = Variable::new(arr1(&[1.0f32, 2.0]).into_dyn());
+    let pinned = v.read();
+    let owned = v.read_owned();
+    for i in 0..100 {
+        v.assign(arr1(&[i as f32, i as f32]).into_dyn()).unwrap();
+    }
+    drop(v);
+    assert_eq!(pinned.as_slice().unwrap(), &[1.0, 2.0]);
+    assert_eq!(owned.as_slice().unwrap(), &[1.0, 2.0]);
+    assert_eq!((pinned.version(), owned.version()), (0, 0));
+}
+
+#[test]
+fn owned_snapshots_are_send_and_static() {
+    fn assert_send_static<T: Send + Sync + 'static>(_: &T) {}
+    let v = Variable::new(ones(&[2]));
+    let owned = v.read_owned();
+    assert_send_static(&owned);
+    assert_send_static(&v);
+    let handle = std::thread::spawn(move || owned.sum());
+    assert_eq!(handle.join().unwrap(), 2.0);
+}
+
+#[test]
+fn non_standard_layouts_are_stored_in_logical_order() {
+    let v =
+        Variable::new(ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0f32, 2., 3., 4.]).unwrap());
+    let transposed = v.read().t().to_owned();
+    v.assign(transposed).unwrap();
+    assert_eq!(v.read().as_slice().unwrap(), &[1.0, 3.0, 2.0, 4.0]);
+}
+
+// ---- errors: typed, named, and nothing applied -------------------------------------------
+
+fn unchanged<A: mvtensor::Element>(v: &Variable<A>, version: u64, value: &ArrayD<A>) {
+    assert_eq!(v.version(), version, "a failed write must not commit");
+    assert_eq!(
+        &*v.read(),
+        value,
+        "a failed write must not change the value"
+    );
+}
+
+#[test]
+fn a_scalar_delta_never_broadcasts() {
+    let v = Variable::builder(ones(&[4])).name("w").build();
+    let err = v.assign_add(&arr0(1.0f32).into_dyn()).unwrap_err();
+    assert_eq!(
+        err,
+        Error::ShapeMismatch {
+            variable: "w".into(),
+            expected: vec![4],
+            found: vec![]
+        }
+    );
+    assert!(err.to_string().contains("`w`") && err.to_string().contains("[4]"));
+    unchanged(&v, 0, &ones(&[4]));
+}
+
+#[test]
+fn every_write_checks_the_shape() {
+    let v = Variable::builder(ones(&[2, 3])).name("layer.w").build();
+    let wrong = ones(&[3, 2]);
+    let is_shape_error = |r: mvtensor::Result<u64>| {
+        matches!(r, Err(Error::ShapeMismatch { ref variable, ref expected, ref found })
+            if variable == "layer.w" && expected == &[2, 3] && found == &[3, 2])
+    };
+    assert!(is_shape_error(v.assign(wrong.clone())));
+    assert!(is_shape_error(v.assign_add(&wrong)));
+    assert!(is_shape_error(v.assign_sub(&wrong)));
+    assert!(is_shape_error(v.update(|_| ones(&[3, 2]))));
+    assert!(is_shape_error(v.compare_and_set(0, wrong.clone())));
+    assert!(matches!(
+        v.fetch_update(|_| ones(&[3, 2])),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    unchanged(&v, 0, &ones(&[2, 3]));
+}
+
+#[test]
+fn a_stale_version_is_a_conflict() {
+    let v = Variable::builder(ones(&[1])).name("step").build();
+    v.assign(ones(&[1]) * 2.0).unwrap();
+    let err = v.compare_and_set(0, ones(&[1]) * 9.0).unwrap_err();
+    assert_eq!(
+        err,
+        Error::VersionConflict {
+            variable: "step".into(),
+            expected: 0,
+            actual: 1
+        }
+    );
+    unchanged(&v, 1, &(ones(&[1]) * 2.0));
+}
+
+#[test]
+fn a_dynamic_shape_accepts_new_shapes_but_deltas_must_match() {
+    let v = Variable::builder(ones(&[2]))
+        .name("buf")
+        .dynamic_shape()
+        .build();
+    v.assign(ones(&[5])).unwrap();
+    assert_eq!(v.shape(), vec![5]);
+    v.update(|x| ArrayD::zeros(IxDyn(&[x.len(), 2]))).unwrap();
+    assert_eq!(v.shape(), vec![5, 2]);
+    let err = v.assign_add(&ones(&[5])).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { ref expected, .. } if expected == &[5, 2]));
+    v.assign_add(&ones(&[5, 2])).unwrap();
+    assert_eq!(v.read().sum(), 10.0);
+}
+
+#[test]
+fn integer_overflow_wraps_and_never_panics() {
+    let v = Variable::new(arr1(&[i32::MAX]).into_dyn());
+    v.assign_add(&arr1(&[1]).into_dyn()).unwrap();
+    assert_eq!(v.read()[[0]], i32::MIN);
+}
+
+#[test]
+fn unnamed_variables_get_a_name_for_errors() {
+    let v = Variable::new(ones(&[1]));
+    assert!(v.name().starts_with("var#"));
+    let err = v.assign(ones(&[2])).unwrap_err();
+    assert!(err.to_string().contains(v.name()));
+}
