@@ -1,0 +1,32 @@
+//! Shared by the loom models: one way to run a model, one way to make a scalar variable.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use mvtensor::Variable;
+use ndarray::{arr0, ArrayD};
+
+/// Runs `f` under loom with a preemption bound (default 2, `LOOM_MAX_PREEMPTIONS` overrides).
+///
+/// Every model drives crossbeam-epoch's real pin/defer/collect code too (built with
+/// `--cfg crossbeam_loom`), which is what makes unbounded exploration intractable; a bound
+/// of 2 or 3 finds the interleavings that matter for protocols of two or three steps.
+pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    eprintln!(
+        "model {name}: preemption bound {:?}",
+        builder.preemption_bound
+    );
+    builder.check(f);
+}
+
+/// A 0-d i64 variable holding `x`: the scalar payload every model uses.
+pub fn scalar(x: i64) -> Variable<i64> {
+    Variable::new(arr0(x).into_dyn())
+}
+
+pub fn value(x: i64) -> ArrayD<i64> {
+    arr0(x).into_dyn()
+}
