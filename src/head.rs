@@ -29,9 +29,25 @@ pub(crate) struct Current<'g, A: Send + Sync + 'static> {
 }
 
 impl<A: Send + Sync + 'static> Current<'_, A> {
-    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
+    /// Whether the variable belongs to a critical section (writers must hold its ticket).
     pub(crate) fn queued(&self) -> bool {
         self.raw.addr() & QUEUED != 0
+    }
+
+    /// Makes sure the version to build on is committed, helping a pending write to commit
+    /// if need be, so that the chain never grows past two.
+    ///
+    /// Only a writer entitled to write may call this: on a free variable anyone (its pending
+    /// writes are single-variable, fully installed by the CAS that published them); on a
+    /// queued one only the ticket holder (then a pending head can only be a lock-free write
+    /// that slipped in before the variable was claimed: every ticket holder commits before
+    /// serving the next). Anyone else could commit a critical section's record halfway
+    /// through its installs.
+    pub(crate) fn settle(&self, guard: &epoch::Guard) {
+        if !self.version.record.is_committed() {
+            self.version.record.commit();
+            self.version.release_prev(guard);
+        }
     }
 }
 
@@ -63,7 +79,6 @@ impl<A: Send + Sync + 'static> Head<A> {
 
     /// The version a snapshot at clock value `at` sees, or `None` if writes since `at` have
     /// already unlinked it (the snapshot then retries at a newer clock value).
-    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
     pub(crate) fn visible_at<'g>(
         &self,
         at: u64,
@@ -80,20 +95,13 @@ impl<A: Send + Sync + 'static> Head<A> {
         prev.record.visible_at(at).then_some(prev)
     }
 
-    /// Loads the head for a write, helping a pending single-variable write to commit first,
-    /// so that the new version is built on a committed one (which is what keeps the chain at
-    /// two). Pending multi-variable writes never show up here: their variables are queued and
-    /// the writer holding the queue commits before it lets the next writer in.
-    pub(crate) fn current<'g>(&self, guard: &'g epoch::Guard) -> Current<'g, A> {
+    /// Loads the head for a write. The version may be pending; see [`Current::settle`].
+    pub(crate) fn current<'g>(&self, _guard: &'g epoch::Guard) -> Current<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.
         let raw = self.ptr.load(Ordering::Acquire);
         // SAFETY: the head always holds a count on its version, and retirement of a replaced
         // head waits for our pin.
         let version = unsafe { &*untag(raw) };
-        if !version.record.is_committed() {
-            version.record.commit();
-            version.release_prev(guard);
-        }
         Current { raw, version }
     }
 
@@ -133,7 +141,6 @@ impl<A: Send + Sync + 'static> Head<A> {
     }
 
     /// Marks or unmarks the head as queued (see the module docs). Returns whether it changed.
-    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
     pub(crate) fn set_queued(&self, queued: bool) -> bool {
         // AcqRel: the mark must be ordered with the claim bookkeeping around it, and a failed
         // lock-free CAS that observes it must see the claim.

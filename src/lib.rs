@@ -33,7 +33,9 @@
 //!     });
 //! });
 //! assert!(w.read().iter().all(|&x| x == 200.0));
-//! assert_eq!(w.version(), 400);
+//! // Concurrent deltas were combined: 400 of them in at most 400 versions.
+//! assert_eq!(w.stats().combined_deltas, 400);
+//! assert!(w.version() <= 400);
 //! # Ok::<(), mvtensor::Error>(())
 //! ```
 //!
@@ -76,24 +78,34 @@
 
 #![warn(missing_docs)]
 
+mod combine;
 mod element;
 mod error;
 mod head;
 mod kernel;
 mod record;
+mod running;
+mod section;
 mod snapshot;
 mod stats;
 mod store;
 mod sync;
+mod ticket;
 mod variable;
 mod version;
 
 pub use element::{DType, Element};
 pub use error::{Error, Result};
+pub use section::{CriticalSection, CriticalSectionBuilder, Txn};
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::Stats;
-pub use store::{Store, VariableInfo};
+pub use store::{SnapshotEntry, Store, StoreSnapshot, VariableInfo};
 pub use variable::{Variable, VariableBuilder};
 
 /// Re-exported so that users name the same `ndarray` version as mvtensor.
 pub use ndarray;
+
+/// The README's examples, compiled and run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -94,7 +94,6 @@ impl CommitRecord {
 
     /// Is this write part of the snapshot taken at clock value `at`? Never waits: a pending
     /// record is bumped past `at` and reported invisible, now and forever, to that snapshot.
-    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
     pub(crate) fn visible_at(&self, at: u64) -> bool {
         // Acquire: pairs with the commit's Release (see `timestamp`).
         let mut word = self.word.load(Ordering::Acquire);
@@ -121,7 +120,6 @@ impl CommitRecord {
 }
 
 /// The clock value a snapshot reads: every write committed at or before it is visible.
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
 pub(crate) fn now() -> u64 {
     // Acquire: synchronises with the release sequence of every tick up to the value read,
     // so the versions installed before those ticks are visible to the snapshot's loads.

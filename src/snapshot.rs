@@ -61,12 +61,7 @@ impl<A: Element> Snapshot<A> {
 
     /// A reference-counted handle on the same version, which does not pin the epoch.
     pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A> {
-        let raw: *const Version<A> = self.version.as_ptr();
-        // SAFETY: the version is alive (see `get`) and every version lives in an `Arc` (heads
-        // and `prev` links hold counts taken with `Arc::into_raw`), so we may add a count.
-        unsafe { Arc::increment_strong_count(raw) };
-        // SAFETY: we own the count just added.
-        OwnedSnapshot::new(unsafe { Arc::from_raw(raw) })
+        OwnedSnapshot::new(self.get().to_arc())
     }
 }
 

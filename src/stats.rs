@@ -52,7 +52,6 @@ impl Counters {
     pub(crate) fn cas_retried(&self) {
         self.cas_retries.fetch_add(1, Ordering::Relaxed);
     }
-    #[allow(dead_code)] // PENDING: wired up by critical sections and combining
     pub(crate) fn combined(&self, batch: usize) {
         self.combined_batches.fetch_add(1, Ordering::Relaxed);
         self.combined_deltas

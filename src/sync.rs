@@ -7,10 +7,10 @@
 //! in `loom/` drive the real protocols on tiny scalar tensors.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
 
@@ -18,14 +18,12 @@ pub(crate) use std::sync::atomic::Ordering;
 pub(crate) use crossbeam_epoch as epoch;
 
 /// A mutex for rarely-taken bookkeeping (claims on a resource); never on a read path.
-#[derive(Debug, Default)]
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
+#[derive(Debug)]
 pub(crate) struct Mutex<T>(
     #[cfg(not(loom))] std::sync::Mutex<T>,
     #[cfg(loom)] loom::sync::Mutex<T>,
 );
 
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
         #[cfg(not(loom))]
@@ -44,7 +42,6 @@ impl<T> Mutex<T> {
 }
 
 /// Gives the processor (or, under loom, the model's scheduler) to another thread.
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
 pub(crate) fn yield_now() {
     #[cfg(not(loom))]
     std::thread::yield_now();
@@ -55,12 +52,10 @@ pub(crate) fn yield_now() {
 /// Busy-waits politely: spins briefly, then yields the core. Waiting happens only between
 /// writers (a ticket not yet served, a combiner not yet done), never on a read path.
 #[derive(Default)]
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
 pub(crate) struct Backoff {
     step: u32,
 }
 
-#[allow(dead_code)] // PENDING: wired up by critical sections and combining
 impl Backoff {
     /// Spins for a short, doubling while, then yields once spinning stops paying off. With more
     /// threads than cores (the trainers' usual case) the thread we wait for needs our core.
@@ -149,3 +144,10 @@ impl<T> RcuCell<T> {
         }
     }
 }
+
+/// Per-thread state (which execution this thread is inside), per loom thread under loom.
+#[cfg(not(loom))]
+pub(crate) use std::thread_local;
+
+#[cfg(loom)]
+pub(crate) use loom::thread_local;

@@ -5,12 +5,16 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
+use crate::combine::{Combiner, Op, Publish};
 use crate::error::{check_shape, Error, Result};
 use crate::head::Head;
 use crate::kernel::{self, Delta, Sign};
 use crate::record::CommitRecord;
+use crate::running;
+use crate::section::{Claims, Resource};
 use crate::stats::{Counters, Stats};
 use crate::sync::{epoch, next_id};
+use crate::ticket::TicketQueue;
 use crate::version::Version;
 use crate::{Element, OwnedSnapshot, Snapshot};
 
@@ -53,6 +57,12 @@ pub(crate) struct Inner<A: Element> {
     dynamic_shape: bool,
     pub(crate) head: Head<A>,
     pub(crate) counters: Arc<Counters>,
+    /// Serialises writes while the variable belongs to a critical section.
+    queue: TicketQueue,
+    /// The sections that hold the variable.
+    claims: Claims,
+    /// Concurrent `assign_add`/`assign_sub` calls meet here and share one pass.
+    combiner: Combiner<A>,
 }
 
 /// Options for a new [`Variable`]; start with [`Variable::builder`].
@@ -103,6 +113,9 @@ impl<A: Element> VariableBuilder<A> {
                 dynamic_shape: self.dynamic_shape,
                 head: Head::new(Arc::new(first)),
                 counters,
+                queue: TicketQueue::default(),
+                claims: Claims::default(),
+                combiner: Combiner::default(),
             }),
         }
     }
@@ -180,7 +193,13 @@ impl<A: Element> Variable<A> {
         Ok(new)
     }
 
-    /// Adds `delta` elementwise. Returns the number of a version that includes it.
+    /// Adds `delta` elementwise. Returns the number of the version that includes it.
+    ///
+    /// Concurrent calls are *combined*: one thread applies every pending delta in a single
+    /// pass and publishes one version for all of them, so k concurrent updates cost one copy
+    /// of the tensor, not k (and nobody's work is thrown away by a lost compare-and-swap).
+    /// The caller may therefore wait while another thread applies its delta; readers never
+    /// wait. [`Stats`] shows the batches.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
@@ -267,6 +286,20 @@ impl<A: Element> Variable<A> {
     }
 
     fn apply_delta(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
+        // A dynamic shape is checked against the version the pass builds on, one delta at a
+        // time; and a thread inside an execution must not wait for another's queue ticket.
+        if self.inner.dynamic_shape || running::inside() {
+            return self.apply_delta_alone(delta, sign);
+        }
+        check_shape(self.name(), &self.inner.shape, delta.shape())?;
+        let mut op = Op::new(delta, sign);
+        match self.inner.combiner.submit(&mut op, self) {
+            Some(version) => Ok(version),
+            None => self.apply_delta_alone(delta, sign),
+        }
+    }
+
+    fn apply_delta_alone(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
         let (_, new) = self.write(&epoch::pin(), None, |cur, _| {
             check_shape(self.name(), cur.data.shape(), delta.shape())?;
             Ok(kernel::apply(&cur.data, &[Delta { data: delta, sign }]))
@@ -274,7 +307,7 @@ impl<A: Element> Variable<A> {
         Ok(new)
     }
 
-    fn check_new_shape(&self, found: &[usize]) -> Result<()> {
+    pub(crate) fn check_new_shape(&self, found: &[usize]) -> Result<()> {
         if self.inner.dynamic_shape {
             Ok(())
         } else {
@@ -282,8 +315,11 @@ impl<A: Element> Variable<A> {
         }
     }
 
-    /// The lock-free write loop: build a value from the current version, publish it with one
+    /// The write loop: build a value from the current version, publish it with one
     /// compare-and-swap, commit it. Returns the replaced version and the new version number.
+    ///
+    /// A free variable's writers are lock-free: a lost CAS means another write committed. A
+    /// queued variable's writers first take its ticket (FIFO), so they run one at a time.
     ///
     /// `make` may run several times. `spare` starts as the caller's ready-made value (if
     /// any) and gets the tensor of each lost attempt back, so `assign` never clones.
@@ -294,8 +330,20 @@ impl<A: Element> Variable<A> {
         mut make: impl FnMut(&Version<A>, &mut Option<ArrayD<A>>) -> Result<ArrayD<A>>,
     ) -> Result<(&'g Version<A>, u64)> {
         let inner = &*self.inner;
+        let mut ticket = None;
         loop {
             let current = inner.head.current(guard);
+            if current.queued() && ticket.is_none() {
+                running::check_outside(|| {
+                    format!(
+                        "a direct write to `{}`, which a critical section holds",
+                        self.name()
+                    )
+                })?;
+                ticket = Some(inner.queue.enter());
+                continue; // reload: the previous ticket holder has committed
+            }
+            current.settle(guard); // free, or we hold the ticket: see `Current::settle`
             let data = make(current.version, &mut spare)?;
             let new = Arc::new(Version::new(
                 data,
@@ -308,7 +356,7 @@ impl<A: Element> Variable<A> {
                     installed.record.commit();
                     installed.release_prev(guard);
                     inner.counters.committed();
-                    return Ok((current.version, installed.number));
+                    return Ok((current.version, installed.number)); // then the ticket goes
                 }
                 Err(lost) => {
                     inner.counters.cas_retried();
@@ -316,6 +364,37 @@ impl<A: Element> Variable<A> {
                 }
             }
         }
+    }
+}
+
+/// A combining pass publishes through the variable's normal write path.
+impl<A: Element> Publish<A> for Variable<A> {
+    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
+        let (_, version) = self
+            .write(&epoch::pin(), None, |cur, _| {
+                Ok(kernel::apply(&cur.data, deltas))
+            })
+            .ok()?;
+        self.inner.counters.combined(deltas.len());
+        Some(version)
+    }
+}
+
+impl<A: Element> Resource for Inner<A> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn queue(&self) -> &TicketQueue {
+        &self.queue
+    }
+    fn claims(&self) -> &Claims {
+        &self.claims
+    }
+    fn set_queued(&self, queued: bool) {
+        self.head.set_queued(queued);
     }
 }
 

@@ -40,6 +40,16 @@ impl<A: Send + Sync + 'static> Version<A> {
         }
     }
 
+    /// A new strong count on this version.
+    pub(crate) fn to_arc(&self) -> Arc<Self> {
+        let raw: *const Self = self;
+        // SAFETY: every version is allocated in an `Arc` (heads and `prev` links hold counts
+        // from `Arc::into_raw`), and `&self` proves it is alive, so adding a count is sound.
+        unsafe { Arc::increment_strong_count(raw) };
+        // SAFETY: we own the count just added.
+        unsafe { Arc::from_raw(raw) }
+    }
+
     /// The commit timestamp; versions handed to users are always committed.
     pub(crate) fn timestamp(&self) -> u64 {
         self.record.timestamp().unwrap_or(0)

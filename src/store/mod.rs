@@ -1,4 +1,9 @@
-//! [`Store`]: a registry of named variables of mixed element types.
+//! [`Store`]: a registry of named variables of mixed element types, and its consistent
+//! snapshots.
+
+mod snapshot;
+
+pub use snapshot::{SnapshotEntry, StoreSnapshot};
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -7,7 +12,7 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::error::{Error, Result};
-use crate::sync::RcuCell;
+use crate::sync::{epoch, RcuCell};
 use crate::variable::Inner;
 use crate::{DType, Element, Variable};
 
@@ -40,7 +45,7 @@ pub struct Store {
     registry: RcuCell<Registry>,
 }
 
-type Registry = BTreeMap<Arc<str>, Entry>;
+pub(crate) type Registry = BTreeMap<Arc<str>, Entry>;
 
 /// One registered variable, type-erased.
 #[derive(Clone)]
@@ -55,14 +60,35 @@ pub(crate) struct Entry {
 pub(crate) trait ErasedVariable: Send + Sync {
     fn dtype(&self) -> DType;
     fn info(&self) -> VariableInfo;
+    /// The version a snapshot at clock value `at` sees (see [`Head::visible_at`]).
+    fn version_at(&self, at: u64, guard: &epoch::Guard) -> At;
+}
+
+/// A variable as of a snapshot's clock value.
+pub(crate) enum At {
+    /// This version, type-erased (an `Arc<Version<A>>`).
+    Version(snapshot::Captured),
+    /// The variable was created after the snapshot's clock value.
+    NotYetCreated,
+    /// Writes since the clock value unlinked the version it needs: retry at a newer value.
+    Unlinked,
 }
 
 impl<A: Element> ErasedVariable for Inner<A> {
     fn dtype(&self) -> DType {
         A::DTYPE
     }
+    fn version_at(&self, at: u64, guard: &epoch::Guard) -> At {
+        match self.head.visible_at(at, guard) {
+            Some(version) => At::Version(snapshot::Captured::new(version.to_arc())),
+            // Version 0 is the creation: if it is not visible yet, neither is the variable.
+            None if self.head.visible(guard).number == 0 => At::NotYetCreated,
+            None => At::Unlinked,
+        }
+    }
+
     fn info(&self) -> VariableInfo {
-        let guard = crate::sync::epoch::pin();
+        let guard = epoch::pin();
         let version = self.head.visible(&guard);
         VariableInfo {
             name: self.name.to_string(),
@@ -169,6 +195,13 @@ impl Store {
     /// Whether the store has no variables.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A consistent cut of every variable: each as of one point in the global commit order,
+    /// never part of a critical-section execution. Never waits for writers (a writer
+    /// preempted mid-commit is simply not part of the cut). See [`StoreSnapshot`].
+    pub fn snapshot(&self) -> StoreSnapshot {
+        StoreSnapshot::take(&self.registry.load())
     }
 
     /// Every variable's name, dtype, shape and version, sorted by name. Each line is read

@@ -1,0 +1,239 @@
+//! [`Txn`]: what an execution reads and the writes it stages.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use ndarray::ArrayD;
+
+use super::Resource;
+use crate::error::{check_shape, Error, Result};
+use crate::kernel::{self, Delta, Sign};
+use crate::record::CommitRecord;
+use crate::sync::epoch;
+use crate::version::Version;
+use crate::{Element, Variable};
+
+/// The view an execution of a [`CriticalSection`](crate::CriticalSection) works through.
+///
+/// Reads see the resources as they are (nobody else can change them during the execution)
+/// plus this execution's own earlier writes. Writes are staged and become visible together
+/// when the closure returns `Ok`; if it returns `Err` or panics they are dropped.
+///
+/// Reading a variable outside the section's resource set is allowed (it shows that
+/// variable's value when first read, unchanged afterwards in this execution), writing one is
+/// [`Error::NotInResourceSet`].
+pub struct Txn<'s> {
+    section: &'s str,
+    resources: &'s [Arc<dyn Resource>],
+    entries: Vec<Box<dyn Entry>>,
+}
+
+/// One variable the execution touched, type-erased so that resources may mix dtypes.
+trait Entry: Send {
+    fn id(&self) -> u64;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// Publishes the staged value with the shared pending `record`; false if nothing staged.
+    fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool;
+    /// After the record committed: retire the replaced version, count the commit.
+    fn finish(&mut self, guard: &epoch::Guard);
+}
+
+struct TypedEntry<A: Element> {
+    variable: Variable<A>,
+    /// The version the execution read; for a resource, the head until we commit.
+    base: Arc<Version<A>>,
+    staged: Option<ArrayD<A>>,
+    installed: Option<Arc<Version<A>>>,
+}
+
+impl<'s> Txn<'s> {
+    pub(super) fn new(section: &'s str, resources: &'s [Arc<dyn Resource>]) -> Self {
+        Self {
+            section,
+            resources,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The variable's value in this execution: its own staged write, or the current value.
+    pub fn read<A: Element>(&mut self, variable: &Variable<A>) -> &ArrayD<A> {
+        let entry = self.entry(variable);
+        entry.staged.as_ref().unwrap_or(&entry.base.data)
+    }
+
+    /// Stages `value` as the variable's new value.
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] unless the shapes match (or the
+    /// variable has a dynamic shape).
+    pub fn assign<A: Element>(&mut self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
+        self.check_resource(variable)?;
+        variable.check_new_shape(value.shape())?;
+        self.entry(variable).staged = Some(kernel::standard(value));
+        Ok(())
+    }
+
+    /// Stages `current + delta`.
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `delta` does not have exactly
+    /// the current shape.
+    pub fn assign_add<A: Element>(
+        &mut self,
+        variable: &Variable<A>,
+        delta: &ArrayD<A>,
+    ) -> Result<()> {
+        self.stage_delta(variable, delta, Sign::Add)
+    }
+
+    /// Stages `current - delta`.
+    ///
+    /// # Errors
+    /// As for [`assign_add`](Self::assign_add).
+    pub fn assign_sub<A: Element>(
+        &mut self,
+        variable: &Variable<A>,
+        delta: &ArrayD<A>,
+    ) -> Result<()> {
+        self.stage_delta(variable, delta, Sign::Sub)
+    }
+
+    /// Stages `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
+    ///
+    /// # Errors
+    /// As for [`assign`](Self::assign).
+    pub fn update<A: Element>(
+        &mut self,
+        variable: &Variable<A>,
+        f: impl FnOnce(&ArrayD<A>) -> ArrayD<A>,
+    ) -> Result<()> {
+        self.check_resource(variable)?;
+        let next = f(self.read(variable));
+        variable.check_new_shape(next.shape())?;
+        self.entry(variable).staged = Some(kernel::standard(next));
+        Ok(())
+    }
+
+    fn stage_delta<A: Element>(
+        &mut self,
+        variable: &Variable<A>,
+        delta: &ArrayD<A>,
+        sign: Sign,
+    ) -> Result<()> {
+        self.check_resource(variable)?;
+        let entry = self.entry(variable);
+        let current = entry.staged.as_ref().unwrap_or(&entry.base.data);
+        check_shape(variable.name(), current.shape(), delta.shape())?;
+        entry.staged = Some(kernel::apply(current, &[Delta { data: delta, sign }]));
+        Ok(())
+    }
+
+    fn check_resource<A: Element>(&self, variable: &Variable<A>) -> Result<()> {
+        let id = variable.id();
+        if self.resources.binary_search_by_key(&id, |r| r.id()).is_ok() {
+            Ok(())
+        } else {
+            Err(Error::NotInResourceSet {
+                variable: variable.name().to_owned(),
+                section: self.section.to_owned(),
+            })
+        }
+    }
+
+    fn entry<A: Element>(&mut self, variable: &Variable<A>) -> &mut TypedEntry<A> {
+        let id = variable.id();
+        let index = match self.entries.iter().position(|e| e.id() == id) {
+            Some(index) => index,
+            None => {
+                let guard = epoch::pin();
+                // A resource's head is ours until we commit: `current` helps a lock-free write
+                // that slipped in before the section claimed the variable, so that we build on
+                // it. Any other variable is read as it is now.
+                let base = if self.check_resource(variable).is_ok() {
+                    let current = variable.inner.head.current(&guard);
+                    current.settle(&guard); // we hold the ticket
+                    current.version
+                } else {
+                    variable.inner.head.visible(&guard)
+                };
+                self.entries.push(Box::new(TypedEntry {
+                    variable: variable.clone(),
+                    base: base.to_arc(),
+                    staged: None,
+                    installed: None,
+                }));
+                self.entries.len() - 1
+            }
+        };
+        self.entries[index]
+            .as_any_mut()
+            .downcast_mut::<TypedEntry<A>>()
+            .expect("one id, one variable, one element type")
+    }
+
+    /// Installs every staged write with one pending record, commits the record (the moment
+    /// they all become visible), then retires what they replaced. The caller holds the
+    /// tickets of every resource, so the installs cannot lose a race.
+    pub(super) fn commit(mut self) {
+        let guard = epoch::pin();
+        let record = Arc::new(CommitRecord::pending());
+        let mut any = false;
+        for entry in &mut self.entries {
+            any |= entry.install(&record, &guard);
+        }
+        if !any {
+            return;
+        }
+        record.commit();
+        for entry in &mut self.entries {
+            entry.finish(&guard);
+        }
+    }
+}
+
+impl<A: Element> Entry for TypedEntry<A> {
+    fn id(&self) -> u64 {
+        self.variable.id()
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool {
+        let Some(data) = self.staged.take() else {
+            return false;
+        };
+        let inner = &self.variable.inner;
+        let mut new = Arc::new(Version::new(
+            data,
+            self.base.number + 1,
+            Arc::clone(record),
+            Arc::clone(&inner.counters),
+        ));
+        loop {
+            let current = inner.head.current(guard);
+            current.settle(guard); // we hold the ticket: only a slipped-in free write
+            assert!(
+                std::ptr::eq(current.version, &*self.base),
+                "a queued variable changed while its tickets were held"
+            );
+            match inner.head.install(&current, new, guard) {
+                Ok(installed) => {
+                    self.installed = Some(installed.to_arc());
+                    return true;
+                }
+                // Only the queued mark can have changed (another section claiming or
+                // releasing the variable); the version is still ours to replace.
+                Err(lost) => new = lost,
+            }
+        }
+    }
+
+    fn finish(&mut self, guard: &epoch::Guard) {
+        if let Some(installed) = self.installed.take() {
+            installed.release_prev(guard);
+            self.variable.inner.counters.committed();
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! [`StoreSnapshot`]: every variable of a store as of one point in the commit order.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{At, Registry};
+use crate::error::{Error, Result};
+use crate::record;
+use crate::sync::epoch;
+use crate::version::Version;
+use crate::{DType, Element, OwnedSnapshot};
+
+/// A consistent cut through a [`Store`](crate::Store), from
+/// [`Store::snapshot`](crate::Store::snapshot).
+///
+/// Every variable is shown as of one clock value ([`timestamp`](Self::timestamp)): each write
+/// committed at or before it, none after it. A critical-section execution commits all its
+/// writes at one timestamp, so a snapshot shows all of them or none: an invariant that every
+/// execution preserves (say, the sum of two balances) holds in every snapshot.
+///
+/// Taking one never waits for a writer. A write still committing when the snapshot looks is
+/// not part of it (the snapshot pushes that write's timestamp past its own). If writers
+/// unlink a version the snapshot needs before it is captured (two commits to one variable in
+/// the meantime), the snapshot starts over at a newer clock value.
+///
+/// The snapshot holds one reference-counted version per variable and pins nothing: keep it
+/// as long as you like; only the versions it holds stay in memory.
+///
+/// ```
+/// use mvtensor::Store;
+/// use ndarray::ArrayD;
+///
+/// let store = Store::new();
+/// let w = store.variable("w", ArrayD::<f32>::zeros(vec![2]))?;
+/// let before = store.snapshot();
+/// w.assign_add(&ArrayD::ones(vec![2]))?;
+/// assert_eq!(before.get::<f32>("w")?[[0]], 0.0);
+/// assert_eq!(store.snapshot().get::<f32>("w")?[[0]], 1.0);
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct StoreSnapshot {
+    timestamp: u64,
+    entries: BTreeMap<Arc<str>, Captured>,
+}
+
+/// One variable's version in a snapshot, type-erased.
+#[derive(Clone)]
+pub(crate) struct Captured {
+    /// An `Arc<Version<A>>`.
+    version: Arc<dyn Any + Send + Sync>,
+    dtype: DType,
+    shape: Vec<usize>,
+    number: u64,
+}
+
+impl Captured {
+    pub(crate) fn new<A: Element>(version: Arc<Version<A>>) -> Self {
+        Self {
+            dtype: A::DTYPE,
+            shape: version.data.shape().to_vec(),
+            number: version.number,
+            version,
+        }
+    }
+}
+
+impl StoreSnapshot {
+    pub(crate) fn take(registry: &Registry) -> Self {
+        let guard = epoch::pin();
+        'retry: loop {
+            let timestamp = record::now();
+            let mut entries = BTreeMap::new();
+            for (name, entry) in registry {
+                match entry.erased.version_at(timestamp, &guard) {
+                    At::Version(captured) => {
+                        entries.insert(Arc::clone(name), captured);
+                    }
+                    At::NotYetCreated => {}
+                    At::Unlinked => continue 'retry,
+                }
+            }
+            return Self { timestamp, entries };
+        }
+    }
+
+    /// The clock value this snapshot is taken at: it shows exactly the writes committed at
+    /// or before it (compare with [`Snapshot::timestamp`](crate::Snapshot::timestamp)).
+    pub fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+
+    /// The variable named `name`, as of this snapshot.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if the snapshot has no such variable (unknown, or created after
+    /// the snapshot); [`Error::DTypeMismatch`] if it holds another element type than `A`.
+    pub fn get<A: Element>(&self, name: &str) -> Result<OwnedSnapshot<A>> {
+        let entry = self.entries.get(name).ok_or_else(|| Error::NotFound {
+            name: name.to_owned(),
+        })?;
+        SnapshotEntry { name, entry }.get()
+    }
+
+    /// The number of variables in the snapshot.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the snapshot has no variables.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every variable in the snapshot, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = SnapshotEntry<'_>> + '_ {
+        self.entries
+            .iter()
+            .map(|(name, entry)| SnapshotEntry { name, entry })
+    }
+}
+
+impl<'s> IntoIterator for &'s StoreSnapshot {
+    type Item = SnapshotEntry<'s>;
+    type IntoIter = Box<dyn Iterator<Item = SnapshotEntry<'s>> + 's>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+/// One variable of a [`StoreSnapshot`].
+#[derive(Clone, Copy)]
+pub struct SnapshotEntry<'s> {
+    name: &'s str,
+    entry: &'s Captured,
+}
+
+impl SnapshotEntry<'_> {
+    /// The variable's name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+    /// Its element type.
+    pub fn dtype(&self) -> DType {
+        self.entry.dtype
+    }
+    /// Its shape in this snapshot.
+    pub fn shape(&self) -> &[usize] {
+        &self.entry.shape
+    }
+    /// Its version number in this snapshot.
+    pub fn version(&self) -> u64 {
+        self.entry.number
+    }
+    /// Its value, typed.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] if it holds another element type than `A`.
+    pub fn get<A: Element>(&self) -> Result<OwnedSnapshot<A>> {
+        let version = Arc::clone(&self.entry.version)
+            .downcast::<Version<A>>()
+            .map_err(|_| Error::DTypeMismatch {
+                variable: self.name.to_owned(),
+                expected: A::DTYPE,
+                found: self.entry.dtype,
+            })?;
+        Ok(OwnedSnapshot::new(version))
+    }
+}
+
+impl std::fmt::Debug for StoreSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut map = f.debug_map();
+        for entry in self {
+            map.entry(
+                &entry.name(),
+                &(entry.dtype(), entry.shape(), entry.version()),
+            );
+        }
+        map.finish()
+    }
+}
+
+impl std::fmt::Debug for SnapshotEntry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotEntry")
+            .field("name", &self.name())
+            .field("dtype", &self.dtype())
+            .field("shape", &self.shape())
+            .field("version", &self.version())
+            .finish()
+    }
+}
