@@ -14,21 +14,22 @@ use std::sync::Arc;
 
 use crate::sync::{epoch, AtomicPtr, Ordering};
 use crate::version::{retire, Version};
+use crate::Element;
 
 const QUEUED: usize = 1;
 
-pub(crate) struct Head<A: Send + Sync + 'static> {
+pub(crate) struct Head<A: Element> {
     ptr: AtomicPtr<Version<A>>,
 }
 
 /// What a writer saw when it loaded the head: the raw word to compare against, and the
 /// committed version to build on.
-pub(crate) struct Current<'g, A: Send + Sync + 'static> {
+pub(crate) struct Current<'g, A: Element> {
     pub(crate) raw: *mut Version<A>,
     pub(crate) version: &'g Version<A>,
 }
 
-impl<A: Send + Sync + 'static> Current<'_, A> {
+impl<A: Element> Current<'_, A> {
     /// Whether the variable belongs to a critical section (writers must hold its ticket).
     pub(crate) fn queued(&self) -> bool {
         self.raw.addr() & QUEUED != 0
@@ -51,7 +52,7 @@ impl<A: Send + Sync + 'static> Current<'_, A> {
     }
 }
 
-impl<A: Send + Sync + 'static> Head<A> {
+impl<A: Element> Head<A> {
     pub(crate) fn new(first: Arc<Version<A>>) -> Self {
         debug_assert!(first.record.is_committed());
         Self {
@@ -167,7 +168,7 @@ impl<A: Send + Sync + 'static> Head<A> {
     }
 }
 
-impl<A: Send + Sync + 'static> Drop for Head<A> {
+impl<A: Element> Drop for Head<A> {
     fn drop(&mut self) {
         // Relaxed: `drop` has exclusive access to the head.
         let raw = untag(self.ptr.load(Ordering::Relaxed));
@@ -177,6 +178,6 @@ impl<A: Send + Sync + 'static> Drop for Head<A> {
     }
 }
 
-fn untag<A: Send + Sync + 'static>(p: *mut Version<A>) -> *mut Version<A> {
+fn untag<A: Element>(p: *mut Version<A>) -> *mut Version<A> {
     p.map_addr(|a| a & !QUEUED)
 }

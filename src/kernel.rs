@@ -35,8 +35,14 @@ pub(crate) const PARALLEL_THRESHOLD: usize = 1 << 20;
 /// Chunks per rayon task: 64K elements, so a task is worth stealing.
 const CHUNKS_PER_TASK: usize = 16;
 
-/// Returns `base ± deltas`, in standard (row-major) layout. All shapes must be equal.
-pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>]) -> ArrayD<A> {
+/// Returns `base ± deltas`, in standard (row-major) layout, written into `out` (an empty
+/// buffer, recycled or new: see [`Recycler`](crate::recycle::Recycler)). All shapes must be
+/// equal.
+pub(crate) fn apply<A: Element>(
+    base: &ArrayD<A>,
+    deltas: &[Delta<'_, A>],
+    mut out: Vec<A>,
+) -> ArrayD<A> {
     debug_assert!(deltas.iter().all(|d| d.data.shape() == base.shape()));
     let base_std = base.as_standard_layout();
     let deltas_std: Vec<(CowArray<'_, A, IxDyn>, Sign)> = deltas
@@ -50,7 +56,8 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>]) -> Ar
         .collect();
 
     let n = base_s.len();
-    let mut out: Vec<A> = Vec::with_capacity(n);
+    out.clear();
+    out.reserve(n);
     let spare = &mut out.spare_capacity_mut()[..n];
     let fill = |(i, chunk): (usize, &mut [MaybeUninit<A>])| {
         let start = i * CHUNK;

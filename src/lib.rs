@@ -84,6 +84,7 @@ mod error;
 mod head;
 mod kernel;
 mod record;
+mod recycle;
 mod running;
 mod section;
 mod snapshot;

@@ -12,10 +12,10 @@ use crate::kernel::{self, Delta, Sign};
 use crate::record::CommitRecord;
 use crate::running;
 use crate::section::{Claims, Resource};
-use crate::stats::{Counters, Stats};
+use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
 use crate::ticket::TicketQueue;
-use crate::version::Version;
+use crate::version::{Home, Version};
 use crate::{Element, OwnedSnapshot, Snapshot};
 
 /// A shared tensor whose value is an immutable, versioned snapshot.
@@ -56,7 +56,8 @@ pub(crate) struct Inner<A: Element> {
     shape: Vec<usize>,
     dynamic_shape: bool,
     pub(crate) head: Head<A>,
-    pub(crate) counters: Arc<Counters>,
+    /// Counters and buffer pool, shared with every version.
+    pub(crate) home: Arc<Home<A>>,
     /// Serialises writes while the variable belongs to a critical section.
     queue: TicketQueue,
     /// The sections that hold the variable.
@@ -96,14 +97,14 @@ impl<A: Element> VariableBuilder<A> {
             Some(name) => name.into(),
             None => format!("var#{id}").into(),
         };
-        let counters = Arc::new(Counters::default());
+        let home = Arc::new(Home::default());
         let init = kernel::standard(self.init);
         let shape = init.shape().to_vec();
         let first = Version::new(
             init,
             0,
             Arc::new(CommitRecord::committed_now()),
-            Arc::clone(&counters),
+            Arc::clone(&home),
         );
         Variable {
             inner: Arc::new(Inner {
@@ -112,7 +113,7 @@ impl<A: Element> VariableBuilder<A> {
                 shape,
                 dynamic_shape: self.dynamic_shape,
                 head: Head::new(Arc::new(first)),
-                counters,
+                home,
                 queue: TicketQueue::default(),
                 claims: Claims::default(),
                 combiner: Combiner::default(),
@@ -178,7 +179,7 @@ impl<A: Element> Variable<A> {
 
     /// What the write path has done so far (commits, retries, combining, live versions).
     pub fn stats(&self) -> Stats {
-        self.inner.counters.read()
+        self.inner.home.counters.read()
     }
 
     /// Replaces the value. Returns the new version number.
@@ -302,7 +303,12 @@ impl<A: Element> Variable<A> {
     fn apply_delta_alone(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
         let (_, new) = self.write(&epoch::pin(), None, |cur, _| {
             check_shape(self.name(), cur.data.shape(), delta.shape())?;
-            Ok(kernel::apply(&cur.data, &[Delta { data: delta, sign }]))
+            let out = self.inner.home.recycler.take(cur.data.len());
+            Ok(kernel::apply(
+                &cur.data,
+                &[Delta { data: delta, sign }],
+                out,
+            ))
         })?;
         Ok(new)
     }
@@ -349,17 +355,17 @@ impl<A: Element> Variable<A> {
                 data,
                 current.version.number + 1,
                 Arc::new(CommitRecord::pending()),
-                Arc::clone(&inner.counters),
+                Arc::clone(&inner.home),
             ));
             match inner.head.install(&current, new, guard) {
                 Ok(installed) => {
                     installed.record.commit();
                     installed.release_prev(guard);
-                    inner.counters.committed();
+                    inner.home.counters.committed();
                     return Ok((current.version, installed.number)); // then the ticket goes
                 }
                 Err(lost) => {
-                    inner.counters.cas_retried();
+                    inner.home.counters.cas_retried();
                     spare = Arc::into_inner(lost).map(Version::into_data);
                 }
             }
@@ -372,10 +378,11 @@ impl<A: Element> Publish<A> for Variable<A> {
     fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
         let (_, version) = self
             .write(&epoch::pin(), None, |cur, _| {
-                Ok(kernel::apply(&cur.data, deltas))
+                let out = self.inner.home.recycler.take(cur.data.len());
+                Ok(kernel::apply(&cur.data, deltas, out))
             })
             .ok()?;
-        self.inner.counters.combined(deltas.len());
+        self.inner.home.counters.combined(deltas.len());
         Some(version)
     }
 }

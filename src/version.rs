@@ -5,12 +5,14 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::record::CommitRecord;
+use crate::recycle::Recycler;
 use crate::stats::Counters;
 use crate::sync::{epoch, AtomicPtr, Ordering};
+use crate::Element;
 
 /// One immutable value of a variable. Nobody mutates a published version; a write builds a
 /// new one and swaps the variable's head to it (see [`Head`](crate::head::Head)).
-pub(crate) struct Version<A: Send + Sync + 'static> {
+pub(crate) struct Version<A: Element> {
     pub(crate) data: ArrayD<A>,
     /// Grows by one per commit of this variable; the first version is 0.
     pub(crate) number: u64,
@@ -20,23 +22,31 @@ pub(crate) struct Version<A: Send + Sync + 'static> {
     /// `Arc::into_raw`) until this one commits: a reader that meets this version pending
     /// falls back to `prev`. The committer (or a helper) swaps it to null and retires it.
     pub(crate) prev: AtomicPtr<Version<A>>,
-    counters: Arc<Counters>,
+    home: Arc<Home<A>>,
 }
 
-impl<A: Send + Sync + 'static> Version<A> {
+/// What every version of a variable shares with it, even after the variable is gone: its
+/// counters, and the pool its reclaimed buffers return to.
+#[derive(Default)]
+pub(crate) struct Home<A> {
+    pub(crate) counters: Counters,
+    pub(crate) recycler: Recycler<A>,
+}
+
+impl<A: Element> Version<A> {
     pub(crate) fn new(
         data: ArrayD<A>,
         number: u64,
         record: Arc<CommitRecord>,
-        counters: Arc<Counters>,
+        home: Arc<Home<A>>,
     ) -> Self {
-        counters.version_created();
+        home.counters.version_created();
         Self {
             data,
             number,
             record,
             prev: AtomicPtr::new(std::ptr::null_mut()),
-            counters,
+            home,
         }
     }
 
@@ -70,9 +80,11 @@ impl<A: Send + Sync + 'static> Version<A> {
     }
 }
 
-impl<A: Send + Sync + 'static> Drop for Version<A> {
+impl<A: Element> Drop for Version<A> {
     fn drop(&mut self) {
-        self.counters.version_dropped();
+        self.home.counters.version_dropped();
+        let data = std::mem::replace(&mut self.data, empty());
+        self.home.recycler.give(data.into_raw_vec_and_offset().0);
         // Relaxed: `drop` has exclusive access (the last `Arc` count was released with the
         // ordering that makes every earlier write to this version visible here).
         let prev = self.prev.load(Ordering::Relaxed);
@@ -86,16 +98,21 @@ impl<A: Send + Sync + 'static> Drop for Version<A> {
     }
 }
 
-impl<A: crate::Element> Version<A> {
+impl<A: Element> Version<A> {
     /// Takes the tensor back out of a version nobody else has seen (a lost install).
     pub(crate) fn into_data(mut self) -> ArrayD<A> {
-        std::mem::replace(&mut self.data, ArrayD::default(ndarray::IxDyn(&[0])))
+        std::mem::replace(&mut self.data, empty())
     }
+}
+
+/// An empty tensor, which allocates nothing.
+fn empty<A: Element>() -> ArrayD<A> {
+    ArrayD::default(ndarray::IxDyn(&[0]))
 }
 
 /// Drops `version`'s count once every thread pinned now has unpinned. Large tensors flush the
 /// thread's garbage bag at once, so that memory stays within a few versions of what is live.
-pub(crate) fn retire<A: Send + Sync + 'static>(version: Arc<Version<A>>, guard: &epoch::Guard) {
+pub(crate) fn retire<A: Element>(version: Arc<Version<A>>, guard: &epoch::Guard) {
     let large = version.data.len() * std::mem::size_of::<A>() >= FLUSH_BYTES;
     guard.defer(move || drop(version));
     if large {

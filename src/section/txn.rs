@@ -124,7 +124,8 @@ impl<'s> Txn<'s> {
         let entry = self.entry(variable);
         let current = entry.staged.as_ref().unwrap_or(&entry.base.data);
         check_shape(variable.name(), current.shape(), delta.shape())?;
-        entry.staged = Some(kernel::apply(current, &[Delta { data: delta, sign }]));
+        let out = variable.inner.home.recycler.take(current.len());
+        entry.staged = Some(kernel::apply(current, &[Delta { data: delta, sign }], out));
         Ok(())
     }
 
@@ -209,7 +210,7 @@ impl<A: Element> Entry for TypedEntry<A> {
             data,
             self.base.number + 1,
             Arc::clone(record),
-            Arc::clone(&inner.counters),
+            Arc::clone(&inner.home),
         ));
         loop {
             let current = inner.head.current(guard);
@@ -233,7 +234,7 @@ impl<A: Element> Entry for TypedEntry<A> {
     fn finish(&mut self, guard: &epoch::Guard) {
         if let Some(installed) = self.installed.take() {
             installed.release_prev(guard);
-            self.variable.inner.counters.committed();
+            self.variable.inner.home.counters.committed();
         }
     }
 }
