@@ -165,6 +165,7 @@ mod tests {
                     sign: Sign::Sub,
                 },
             ],
+            Vec::new(),
         );
         let expected = &base + &d1 - &d2;
         assert_eq!(out, expected);
@@ -183,6 +184,7 @@ mod tests {
                 data: &fortran,
                 sign: Sign::Add,
             }],
+            Vec::new(),
         );
         assert_eq!(out, &base * 2.0);
     }
@@ -197,6 +199,7 @@ mod tests {
                 data: &one,
                 sign: Sign::Add,
             }],
+            Vec::new(),
         );
         assert!(out.iter().all(|&x| x == i32::MIN));
     }
