@@ -158,11 +158,14 @@ impl<A: 'static> Combiner<A> {
                 }
             })
             .collect();
+        // A waiter whose op a previous pass already applied may take the flag and find
+        // nothing pending: publishing then would commit a copy nobody asked for.
+        if deltas.is_empty() {
+            return;
+        }
         if let Some(version) = publish.publish(&deltas) {
             finish.outcome = version + APPLIED;
         }
-        drop(deltas);
-        drop(finish);
     }
 }
 

@@ -10,8 +10,14 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::sync::thread_local;
 
+#[cfg(not(loom))]
 thread_local! {
     static RUNNING: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
+#[cfg(loom)] // loom's thread_local! has no `const` form
+thread_local! {
+    static RUNNING: RefCell<Option<Arc<str>>> = RefCell::new(None);
 }
 
 /// Marks this thread as inside an execution of `section` until dropped.
