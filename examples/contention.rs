@@ -1,0 +1,350 @@
+//! The main job: several writers hammer one shared f32 tensor with `assign_add` while readers
+//! keep reading it, first through mvtensor, then through a `std::sync::Mutex<ArrayD<f32>>`
+//! updated in place (the mutex's best case): the same workload, in the same run.
+//!
+//! ```text
+//! cargo run --release --example contention [-- --elements N[,N...] --writers W --readers R --updates U]
+//! ```
+//!
+//! Defaults: 65536 elements, 4 writers x 2000 updates, 2 readers. `--elements 65536,1048576`
+//! adds rows for a 4 MiB tensor (about 20 s more on 2 cores).
+//!
+//! Every writer adds a tensor of ones `U` times, so the final value is exactly
+//! `initial + W * U` everywhere (f32 is exact below 2^24); it is checked element by element,
+//! and the process exits non-zero if any variant lost an update.
+
+use std::num::NonZeroUsize;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mvtensor::Variable;
+use ndarray::{ArrayD, IxDyn};
+
+/// Elements each read sums: the "small amount of work" a reader does on what it read.
+const READ_SLICE: usize = 64;
+
+/// A shared tensor under test; one generic driver ([`run`]) gives each the same workload.
+trait Subject: Sync {
+    /// Adds `delta` elementwise.
+    fn add(&self, delta: &ArrayD<f32>);
+    /// Reads the current value and sums its first [`READ_SLICE`] elements.
+    fn read_work(&self) -> f32;
+    /// A copy of the current value.
+    fn final_value(&self) -> ArrayD<f32>;
+}
+
+impl Subject for Variable<f32> {
+    fn add(&self, delta: &ArrayD<f32>) {
+        self.assign_add(delta)
+            .expect("delta has the variable's shape");
+    }
+    fn read_work(&self) -> f32 {
+        slice_sum(&self.read())
+    }
+    fn final_value(&self) -> ArrayD<f32> {
+        self.read().data().clone()
+    }
+}
+
+impl Subject for Mutex<ArrayD<f32>> {
+    fn add(&self, delta: &ArrayD<f32>) {
+        *self.lock().unwrap() += delta;
+    }
+    fn read_work(&self) -> f32 {
+        slice_sum(&self.lock().unwrap())
+    }
+    fn final_value(&self) -> ArrayD<f32> {
+        self.lock().unwrap().clone()
+    }
+}
+
+fn slice_sum(a: &ArrayD<f32>) -> f32 {
+    let slice = a.as_slice().expect("a standard-layout tensor");
+    slice[..READ_SLICE].iter().sum()
+}
+
+/// The workload, from the command line.
+struct Config {
+    elements: Vec<usize>,
+    writers: usize,
+    readers: usize,
+    updates: usize,
+}
+
+impl Config {
+    const USAGE: &'static str =
+        "usage: contention [--elements N[,N...]] [--writers W] [--readers R] [--updates U]";
+
+    fn from_args() -> Result<Self, String> {
+        let mut cfg = Config {
+            elements: vec![1 << 16],
+            writers: 4,
+            readers: 2,
+            updates: 2_000,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            if flag == "-h" || flag == "--help" {
+                println!("{}", Self::USAGE);
+                std::process::exit(0);
+            }
+            let value = args.next().ok_or(format!("{flag} needs a value"))?;
+            let number = |s: &str| {
+                s.trim()
+                    .replace('_', "")
+                    .parse::<usize>()
+                    .map_err(|e| format!("{flag} {s}: {e}"))
+            };
+            match flag.as_str() {
+                "--elements" => {
+                    cfg.elements = value.split(',').map(number).collect::<Result<_, _>>()?
+                }
+                "--writers" => cfg.writers = number(&value)?,
+                "--readers" => cfg.readers = number(&value)?,
+                "--updates" => cfg.updates = number(&value)?,
+                _ => return Err(format!("unknown argument {flag}\n{}", Self::USAGE)),
+            }
+        }
+        if cfg.elements.iter().any(|&n| n < READ_SLICE) {
+            return Err(format!("--elements must be at least {READ_SLICE}"));
+        }
+        // The final value must stay exact in f32: initial values are below INITIAL_MAX.
+        if cfg.writers == 0 || cfg.updates == 0 || cfg.total() + INITIAL_MAX > 1 << 24 {
+            return Err("need 1 <= writers * updates <= 2^24 - 1000 (f32 must stay exact)".into());
+        }
+        Ok(cfg)
+    }
+
+    fn total(&self) -> usize {
+        self.writers.saturating_mul(self.updates)
+    }
+}
+
+/// Initial values are `i % INITIAL_MAX`: not uniform, so that a misplaced element shows.
+const INITIAL_MAX: usize = 1000;
+
+/// What one variant did.
+struct Outcome {
+    updates_per_s: f64,
+    /// `read_work` calls per second, all readers together.
+    reads_per_s: f64,
+    /// Latency of `read_work` calls, in nanoseconds, over all readers.
+    latency: Histogram<u64>,
+    /// `Err` describes what was wrong with the final value or with what readers saw.
+    check: Result<(), String>,
+}
+
+/// What one reader saw.
+struct ReaderLog {
+    latency: Histogram<u64>,
+    /// The sum it read last: after every writer had returned, so it must be the final one.
+    last: f32,
+    /// Reads that returned an older value than the reader's previous read.
+    went_back: u64,
+}
+
+/// Runs the workload on `subject`, which must hold `initial`: `cfg.writers` threads add ones
+/// `cfg.updates` times each, while `cfg.readers` threads call `read_work` until they are done.
+fn run<S: Subject>(subject: &S, initial: &ArrayD<f32>, cfg: &Config) -> Outcome {
+    let delta = ArrayD::<f32>::ones(initial.raw_dim());
+    let start = Barrier::new(cfg.writers + cfg.readers + 1);
+    let done = AtomicBool::new(false);
+
+    let (elapsed, logs) = thread::scope(|s| {
+        let writers: Vec<_> = (0..cfg.writers)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..cfg.updates {
+                        subject.add(&delta);
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..cfg.readers)
+            .map(|_| s.spawn(|| read_until(subject, &start, &done)))
+            .collect();
+
+        start.wait();
+        let t0 = Instant::now();
+        for w in writers {
+            w.join().expect("a writer panicked");
+        }
+        let elapsed = t0.elapsed();
+        // Release: every writer's update happens-before the readers' last read.
+        done.store(true, Ordering::Release);
+        let logs: Vec<ReaderLog> = readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader panicked"))
+            .collect();
+        (elapsed, logs)
+    });
+
+    let expected = initial + &(&delta * cfg.total() as f32);
+    let mut latency = new_histogram();
+    let mut check = compare(&subject.final_value(), &expected);
+    for log in &logs {
+        latency.add(&log.latency).expect("same histogram bounds");
+        if check.is_ok() && log.went_back > 0 {
+            check = Err(format!(
+                "a reader went back in time {} times",
+                log.went_back
+            ));
+        }
+        if check.is_ok() && log.last != slice_sum(&expected) {
+            check = Err(format!("a reader's last read saw {}", log.last));
+        }
+    }
+    Outcome {
+        updates_per_s: cfg.total() as f64 / elapsed.as_secs_f64(),
+        reads_per_s: latency.len() as f64 / elapsed.as_secs_f64(),
+        latency,
+        check,
+    }
+}
+
+/// A reader: times every `read_work` call until the writers are done, then reads once more.
+fn read_until(subject: &impl Subject, start: &Barrier, done: &AtomicBool) -> ReaderLog {
+    let mut log = ReaderLog {
+        latency: new_histogram(),
+        last: f32::NEG_INFINITY,
+        went_back: 0,
+    };
+    start.wait();
+    loop {
+        // Acquire: pairs with the Release in `run`, so the read after it sees every update.
+        let finished = done.load(Ordering::Acquire);
+        let t0 = Instant::now();
+        let sum = subject.read_work();
+        log.latency.saturating_record(nanos(t0.elapsed()));
+        // Elements only grow, so neither may the sum of a prefix.
+        log.went_back += u64::from(sum < log.last);
+        log.last = sum;
+        if finished {
+            return log;
+        }
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 ns to 60 s, 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// `Ok` if `found == expected` element for element, else a description of the first mismatch.
+fn compare(found: &ArrayD<f32>, expected: &ArrayD<f32>) -> Result<(), String> {
+    if found.shape() != expected.shape() {
+        return Err(format!("shape {:?}", found.shape()));
+    }
+    let mut wrong = found
+        .iter()
+        .zip(expected)
+        .enumerate()
+        .filter(|(_, (f, e))| f != e);
+    match wrong.next() {
+        None => Ok(()),
+        Some((i, (f, e))) => Err(format!(
+            "{} elements wrong, e.g. [{i}] = {f}, expected {e}",
+            1 + wrong.count()
+        )),
+    }
+}
+
+/// A latency in nanoseconds, with a readable unit.
+fn fmt_latency(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns} ns"),
+        10_000..=9_999_999 => format!("{:.1} us", ns as f64 / 1e3),
+        _ => format!("{:.1} ms", ns as f64 / 1e6),
+    }
+}
+
+/// Percentile of a latency histogram, or `None` if nobody read.
+fn quantile(h: &Histogram<u64>, q: f64) -> Option<u64> {
+    (!h.is_empty()).then(|| h.value_at_quantile(q))
+}
+
+fn print_row(elements: usize, variant: &str, o: &Outcome) {
+    let lat = |q| quantile(&o.latency, q).map_or("-".into(), fmt_latency);
+    let check = match &o.check {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!("FAILED: {e}"),
+    };
+    println!(
+        "{elements:>9}  {variant:<8}  {:>9.0}  {:>9}  {:>9}  {:>10}  {:>9.0}  {check}",
+        o.updates_per_s,
+        lat(0.50),
+        lat(0.99),
+        lat(0.999),
+        o.reads_per_s,
+    );
+}
+
+fn main() -> ExitCode {
+    let cfg = match Config::from_args() {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    println!(
+        "contention: {} writers x {} assign_add of ones, {} readers (read + sum of {READ_SLICE} elements), {cores} cores available",
+        cfg.writers, cfg.updates, cfg.readers
+    );
+    println!();
+    println!(
+        "{:>9}  {:<8}  {:>9}  {:>9}  {:>9}  {:>10}  {:>9}  final value checked",
+        "elements", "variant", "updates/s", "read p50", "read p99", "read p99.9", "reads/s"
+    );
+
+    let mut failed = false;
+    let mut summaries = Vec::new();
+    for &n in &cfg.elements {
+        let initial = ArrayD::from_shape_fn(IxDyn(&[n]), |i| (i[0] % INITIAL_MAX) as f32);
+
+        let variable = Variable::new(initial.clone());
+        let ours = run(&variable, &initial, &cfg);
+        print_row(n, "mvtensor", &ours);
+
+        let mutex = Mutex::new(initial.clone());
+        let theirs = run(&mutex, &initial, &cfg);
+        print_row(n, "mutex", &theirs);
+
+        failed |= ours.check.is_err() || theirs.check.is_err();
+        summaries.push((n, ours, theirs, variable.stats()));
+    }
+
+    println!();
+    for (n, ours, theirs, stats) in &summaries {
+        let p99 = |o: &Outcome| quantile(&o.latency, 0.99).map(|ns| ns as f64);
+        let p99_ratio = match (p99(ours), p99(theirs)) {
+            (Some(a), Some(b)) => format!("{:.3}x", a / b),
+            _ => "-".into(),
+        };
+        println!(
+            "{n:>9} elements: mvtensor/mutex  updates/s {:.2}x, read p99 {p99_ratio} (lower is better)",
+            ours.updates_per_s / theirs.updates_per_s,
+        );
+        println!(
+            "{:>9} mvtensor stats: commits {}, cas_retries {}, combined_batches {} (deltas {}, max batch {}), live_versions {}",
+            "", stats.commits, stats.cas_retries, stats.combined_batches, stats.combined_deltas,
+            stats.max_batch, stats.live_versions,
+        );
+    }
+
+    if failed {
+        eprintln!("\nFAILED: a final value or a read was wrong (see the table)");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
