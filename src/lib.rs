@@ -53,9 +53,19 @@
 //!   so an atomic counter works, which TensorFlow documents as impossible for `tf.Variable`.
 //! * **Bounded memory.** With no snapshot held, a variable keeps its current version, at
 //!   most one older one while a write commits, and what the epoch has not reclaimed yet.
+//! * **Combined updates.** Concurrent [`assign_add`](Variable::assign_add)s to one variable
+//!   are summed into one pass and one version: k updates cost one copy of the tensor, and no
+//!   work is thrown away by a lost compare-and-swap. [`Variable::stats`] shows the batches.
+//! * **Critical sections.** A [`CriticalSection`] runs closures over a set of variables one
+//!   at a time, first come first served, and commits each one's writes all-or-nothing. A
+//!   nested `execute` is an error, not a deadlock; a panic commits nothing and poisons
+//!   nothing; sections sharing a variable non-exclusively are still serializable.
+//! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
+//!   the commit order, never half an execution, and never waits for a writer.
 //! * **Typed errors.** Wrong shape (never broadcast), wrong dtype, unknown or duplicate
-//!   name, stale version: each is an [`Error`] naming the variable and what did not fit.
-//!   An operation that fails has applied nothing.
+//!   name, stale version, conflicting claim, re-entrant call: each is an [`Error`] naming
+//!   the variable (or section) and what did not fit. An operation that fails has applied
+//!   nothing.
 //!
 //! # How it works
 //!
@@ -64,8 +74,19 @@
 //! compare-and-swap on the head, then commits the record by drawing a timestamp from a
 //! global commit clock. Readers only show committed versions; while the newest one is still
 //! committing they fall back to the one before it, which the new version keeps reachable
-//! until it commits. The design chapter, `docs/design.md`, walks through every step, its
-//! linearization point and the reason for each memory ordering.
+//! until it commits.
+//!
+//! A variable that belongs to a critical section has its head marked *queued*: every write
+//! to it then takes a ticket on the variable's FIFO queue. An execution takes its tickets in
+//! variable-id order (so no cycle of waits can form), installs all its writes under one
+//! shared commit record and commits that record once, so they become visible together. A
+//! store snapshot reads the clock once and picks, for each variable, the newest version
+//! committed by then; a write caught mid-commit is pushed past the snapshot instead of
+//! waited for.
+//!
+//! The design chapter, `docs/design.md`, walks through every step, its linearization point,
+//! why nothing can deadlock, and the reason for each memory ordering; `docs/guarantees.md`
+//! maps every promise to the test or loom model that checks it.
 //!
 //! # Trade-offs
 //!
@@ -73,6 +94,9 @@
 //!   updating in place with nobody reading, a plain `&mut` array is faster.
 //! * A [`Snapshot`] pins the epoch: while one is held, no version retired by any thread is
 //!   freed. Keep them short; use [`OwnedSnapshot`] for anything long.
+//! * Combined `assign_add` callers may wait for the thread that applies their delta, and
+//!   critical sections are FIFO queues: with many more threads than cores, a descheduled
+//!   holder delays those behind it (a mutex lets others barge ahead). Readers never wait.
 //!
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 
