@@ -7,8 +7,11 @@
 //! `current + d1 + d2 + ...` in one sweep ([`kernel::apply`](crate::kernel::apply)),
 //! publishes one version through the variable's normal write path (which also takes the
 //! ticket of a queued variable), and hands that version number to every writer whose delta
-//! it applied. The others wait for their outcome, or for the flag, spinning briefly and then
-//! yielding their core.
+//! it applied. The others wait for their outcome, or for the flag: they spin briefly, then
+//! park, and the combiner unparks each writer it served. Before letting go, the combiner runs
+//! a few more passes while operations keep arriving, so an operation pushed during a pass is
+//! not left waiting for a parked owner to time out. (With more writers than cores, spinning
+//! or yielding waiters starved the combiner: one 4 MiB pass took 1.7 ms instead of 0.2 ms.)
 //!
 //! The operation lives on its writer's stack: the writer does not return before its outcome
 //! is set, and setting the outcome is the combiner's last access to it.
@@ -23,7 +26,9 @@ use std::ptr;
 use ndarray::ArrayD;
 
 use crate::kernel::{Delta, Sign};
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, Backoff, Ordering};
+use crate::sync::{
+    current_thread, park_briefly, AtomicBool, AtomicPtr, AtomicU64, Ordering, Thread,
+};
 
 /// No outcome yet.
 const WAITING: u64 = 0;
@@ -31,6 +36,10 @@ const WAITING: u64 = 0;
 const ALONE: u64 = 1;
 /// Outcomes above this are `version + APPLIED`.
 const APPLIED: u64 = 2;
+/// Spins before a waiter parks.
+const SPINS: u32 = 64;
+/// Extra passes a combiner runs for operations that arrived during its pass.
+const EXTRA_PASSES: usize = 3;
 
 /// One writer's announced delta.
 pub(crate) struct Op<'d, A> {
@@ -38,6 +47,8 @@ pub(crate) struct Op<'d, A> {
     sign: Sign,
     next: *mut Op<'d, A>,
     outcome: AtomicU64,
+    /// Unparked once the outcome is set.
+    waiter: Thread,
 }
 
 impl<'d, A> Op<'d, A> {
@@ -47,6 +58,7 @@ impl<'d, A> Op<'d, A> {
             sign,
             next: ptr::null_mut(),
             outcome: AtomicU64::new(WAITING),
+            waiter: current_thread(),
         }
     }
 }
@@ -82,10 +94,11 @@ impl<A: 'static> Combiner<A> {
         if self.try_lock() {
             let mine = erase(op);
             self.combine(Some(mine), publish);
+            self.serve_latecomers(publish);
             return decode(op.outcome.load(Ordering::Relaxed));
         }
         self.push(op);
-        let mut backoff = Backoff::default();
+        let mut spins = 0;
         loop {
             // Acquire: pairs with the combiner's Release, so its commit happens-before our
             // return (a read right after `assign_add` sees our own delta).
@@ -95,9 +108,25 @@ impl<A: 'static> Combiner<A> {
             }
             if self.try_lock() {
                 self.combine(None, publish);
+                self.serve_latecomers(publish);
+            } else if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
             } else {
-                backoff.snooze();
+                park_briefly();
             }
+        }
+    }
+
+    /// Operations pushed while a pass ran may belong to parked writers: serve a few more
+    /// passes while there are any, instead of leaving them to their park timeout.
+    fn serve_latecomers(&self, publish: &impl Publish<A>) {
+        for _ in 0..EXTRA_PASSES {
+            // Acquire: a non-null top must show its op, as in `combine`'s swap.
+            if self.pending.load(Ordering::Acquire).is_null() || !self.try_lock() {
+                return;
+            }
+            self.combine(None, publish);
         }
     }
 
@@ -179,10 +208,13 @@ struct Finish<'c, 'b, A: 'static> {
 impl<A: 'static> Drop for Finish<'_, '_, A> {
     fn drop(&mut self) {
         for &op in self.batch {
+            // SAFETY: valid until its outcome is stored, below.
+            let waiter = unsafe { (*op).waiter.clone() };
             // Release: the commit (and the pass) happen-before the writer's return. This is
             // the last access to `op`: its writer may return and free it right after.
             // SAFETY: valid until this very store.
             unsafe { (*op).outcome.store(self.outcome, Ordering::Release) };
+            waiter.unpark();
         }
         // Release: our pass happens-before the next combiner's.
         self.combiner.busy.store(false, Ordering::Release);

@@ -151,3 +151,21 @@ pub(crate) use std::thread_local;
 
 #[cfg(loom)]
 pub(crate) use loom::thread_local;
+
+/// A thread to wake: the combiner wakes each writer whose delta it applied.
+#[cfg(not(loom))]
+pub(crate) use std::thread::{current as current_thread, Thread};
+
+#[cfg(loom)]
+pub(crate) use loom::thread::{current as current_thread, Thread};
+
+/// Sleeps until unparked, or for a short while at most: waiting writers get off the core so
+/// the thread doing their work can use it. The timeout is a fallback, never what
+/// correctness relies on (every wait re-checks its condition). Under loom, which has no
+/// timed park, it yields.
+pub(crate) fn park_briefly() {
+    #[cfg(not(loom))]
+    std::thread::park_timeout(std::time::Duration::from_micros(100));
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
