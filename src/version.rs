@@ -7,7 +7,9 @@ use ndarray::ArrayD;
 use crate::record::CommitRecord;
 use crate::recycle::Recycler;
 use crate::stats::Counters;
-use crate::sync::{epoch, AtomicPtr, Ordering};
+use std::cell::Cell;
+
+use crate::sync::{epoch, thread_local, AtomicPtr, Ordering};
 use crate::Element;
 
 /// One immutable value of a variable. Nobody mutates a published version; a write builds a
@@ -110,16 +112,40 @@ fn empty<A: Element>() -> ArrayD<A> {
     ArrayD::default(ndarray::IxDyn(&[0]))
 }
 
-/// Drops `version`'s count once every thread pinned now has unpinned. Large tensors flush the
-/// thread's garbage bag at once, so that memory stays within a few versions of what is live.
+/// Drops `version`'s count once every thread pinned now has unpinned.
+///
+/// crossbeam-epoch keeps deferred drops in a per-thread bag of up to 64 and offers them for
+/// reclamation only when the bag fills or is flushed. Left alone, that holds up to 64
+/// versions per thread however large they are (a 1K f32 variable under 4 writers kept ~600
+/// alive). So each thread flushes once it has retired [`FLUSH_BYTES`] or [`FLUSH_COUNT`]
+/// versions since its last flush: large tensors at once, small ones in small batches.
 pub(crate) fn retire<A: Element>(version: Arc<Version<A>>, guard: &epoch::Guard) {
-    let large = version.data.len() * std::mem::size_of::<A>() >= FLUSH_BYTES;
+    let bytes = version.data.len() * std::mem::size_of::<A>();
     guard.defer(move || drop(version));
-    if large {
+    let flush = RETIRED.with(|retired| {
+        let (total, count) = retired.get();
+        let (total, count) = (total + bytes, count + 1);
+        let flush = total >= FLUSH_BYTES || count >= FLUSH_COUNT;
+        retired.set(if flush { (0, 0) } else { (total, count) });
+        flush
+    });
+    if flush {
         guard.flush();
     }
 }
 
-/// Versions at least this large are pushed to the global garbage queue at once instead of
-/// waiting in a per-thread bag of up to 64 deferred drops.
+// Retired bytes and versions since this thread last flushed its garbage bag.
+#[cfg(not(loom))]
+thread_local! {
+    static RETIRED: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+#[cfg(loom)] // loom's thread_local! has no `const` form
+thread_local! {
+    static RETIRED: Cell<(usize, usize)> = Cell::new((0, 0));
+}
+
+/// Flush the thread's garbage bag once this many bytes were retired since the last flush.
 const FLUSH_BYTES: usize = 64 * 1024;
+/// ... or this many versions.
+const FLUSH_COUNT: usize = 8;
