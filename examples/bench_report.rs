@@ -1005,10 +1005,10 @@ impl Report<'_> {
             met: short.is_empty(),
             why: format!(
                 "{}. Live versions are the current version, one still committing, and \
-                 retired ones the epoch has not freed yet. Versions of 64 KiB or more flush \
-                 the thread's garbage at once; smaller ones wait in crossbeam-epoch's \
-                 per-thread bags (up to 64 deferred drops each) and then the global queue, \
-                 so a small variable keeps many more versions alive ({}). In resident memory \
+                 retired ones the epoch has not freed yet. Each thread offers its retired \
+                 versions for reclamation every 8 versions or 64 KiB, and they are freed \
+                 once no pinned reader can see them, so a small, very frequently written \
+                 variable keeps more versions alive ({}). In resident memory \
                  at 1M: {:.1} copies in steady state, against {:.1} for the locks and {:.1} \
                  for arc-swap, whose writers each build a new tensor. At most {} live versions \
                  plus the recycler's two reclaimed buffers make {}; the remaining ~{:.1} copies \
@@ -1410,7 +1410,8 @@ const WHY: &str = r#"
   concurrent deltas cost one pass instead of k. With 1 thread it is pure overhead (batch
   1.00). With more threads the batch grows (the "mvtensor batch" columns), but a pass over
   k deltas of k threads reads k + 2 tensors, a working set that outgrows the cache at 1M,
-  and the writers waiting for it spin and yield on the same two cores.
+  and the writers waiting for it share the same two cores (they park for large tensors,
+  spin and yield for small ones, where a wake-up costs more than the pass).
 * **The FIFO ticket queue convoys.** A critical section serves executions strictly in ticket
   order. With more threads than cores, the thread holding the next ticket is often
   descheduled, and every other thread must wait for it (spinning, then yielding) instead of
