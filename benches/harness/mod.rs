@@ -1,5 +1,5 @@
 //! The benchmark harness shared by the criterion benches (`benches/variants.rs`) and the
-//! report (`examples/bench_report.rs`): one [`Subject`] trait implemented by every variant,
+//! report (`examples/bench_report/`): one [`Subject`] trait implemented by every variant,
 //! and one driver per workload that takes a subject type, a thread count and a [`Budget`]
 //! and returns figures. The same workload code drives every variant.
 //!

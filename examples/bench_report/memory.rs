@@ -1,0 +1,99 @@
+//! The memory measurement (workload 6), one child process of this program per variant and size.
+
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use crate::harness::workloads::{Memory, MemoryRun};
+use crate::harness::Variant;
+use crate::run::MEMORY_THREADS;
+
+/// One variant's memory figures, as its child process reported them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemorySummary {
+    pub(crate) updates_per_s: f64,
+    pub(crate) peak_bytes: Option<u64>,
+    /// Resident memory over the baseline in steady state (after the first quarter).
+    pub(crate) rss_p50: u64,
+    pub(crate) rss_max: u64,
+    pub(crate) live_p50: Option<usize>,
+    pub(crate) live_max: Option<usize>,
+    /// Max live versions over the whole run, warm-up included.
+    pub(crate) live_max_all: Option<usize>,
+}
+
+/// Runs workload 6 for `variant` in a fresh process of this program and parses its line.
+pub(crate) fn memory_of(variant: Variant, n: usize, duration: Duration) -> MemorySummary {
+    let exe = std::env::current_exe().expect("the path of this program");
+    let out = Command::new(exe)
+        .args([
+            "--memory-child",
+            variant.key(),
+            &n.to_string(),
+            &MEMORY_THREADS.to_string(),
+            &duration.as_millis().to_string(),
+        ])
+        .output()
+        .expect("the memory child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "memory child for {} failed: {}{}",
+        variant.name(),
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("MEMORY "))
+        .expect("the child prints a MEMORY line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| -> Option<u64> { f.get(i).and_then(|s| s.parse().ok()) };
+    MemorySummary {
+        updates_per_s: f[0].parse().expect("updates/s"),
+        peak_bytes: num(1),
+        rss_p50: num(2).expect("rss p50"),
+        rss_max: num(3).expect("rss max"),
+        live_p50: num(4).map(|x| x as usize),
+        live_max: num(5).map(|x| x as usize),
+        live_max_all: num(6).map(|x| x as usize),
+    }
+}
+
+/// The child side of [`memory_of`]: `--memory-child KEY N THREADS MILLIS`.
+pub(crate) fn memory_child(args: &[String]) -> ExitCode {
+    let parse = |i: usize| -> usize { args[i].parse().expect("a number") };
+    let variant = Variant::from_key(&args[0]).expect("a variant key");
+    let run = MemoryRun {
+        n: parse(1),
+        threads: parse(2),
+        duration: Duration::from_millis(parse(3) as u64),
+    };
+    let m: Memory = variant.visit(run);
+    let steady = |xs: &[u64]| -> (u64, u64) {
+        let tail: Vec<u64> = xs[xs.len() / 4..].to_vec();
+        let mut sorted = tail.clone();
+        sorted.sort_unstable();
+        (
+            sorted.get(sorted.len() / 2).copied().unwrap_or(0),
+            sorted.last().copied().unwrap_or(0),
+        )
+    };
+    let (rss_p50, rss_max) = steady(&m.rss_samples);
+    let live: Vec<u64> = m.live_samples.iter().map(|&x| x as u64).collect();
+    let opt = |x: Option<u64>| x.map_or("-".to_string(), |x| x.to_string());
+    let (live_p50, live_max, live_all) = if live.is_empty() {
+        (None, None, None)
+    } else {
+        let (p50, max) = steady(&live);
+        (Some(p50), Some(max), live.iter().max().copied())
+    };
+    println!(
+        "MEMORY {:.1} {} {rss_p50} {rss_max} {} {} {}",
+        m.updates_per_s,
+        opt(m.peak_bytes),
+        opt(live_p50),
+        opt(live_max),
+        opt(live_all)
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,191 @@
+//! Running the matrix: every workload, size, thread count and variant, measured once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::harness::sections::{Body, SectionRun, SectionVariant};
+use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
+use crate::harness::{median, Budget, Variant, SIZES, THREADS};
+use crate::memory::{memory_of, MemorySummary};
+
+/// How long each measurement runs, at `--scale 1`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// One run of one dense cell (workloads 1 to 3); each cell runs `rounds` times.
+    pub(crate) dense: Duration,
+    pub(crate) rounds: usize,
+    /// One round of a read-latency cell; `latency_rounds` rounds are merged.
+    pub(crate) latency: Duration,
+    pub(crate) latency_rounds: usize,
+    /// One run of a critical-section cell; `rounds` runs per cell.
+    pub(crate) section: Duration,
+    /// The write-heavy run of each variant's memory measurement (its own process).
+    pub(crate) memory: Duration,
+    /// One bandwidth measurement.
+    pub(crate) bandwidth: Duration,
+}
+
+impl Plan {
+    pub(crate) fn scaled(scale: f64) -> Plan {
+        let ms = |base: f64| Duration::from_secs_f64(base * scale / 1000.0);
+        Plan {
+            dense: ms(200.0),
+            rounds: 3,
+            latency: ms(500.0),
+            latency_rounds: 2,
+            section: ms(100.0),
+            memory: ms(1500.0),
+            bandwidth: ms(250.0),
+        }
+    }
+}
+
+/// Read-latency configurations: (writers, readers).
+pub(crate) const LATENCY_CONFIGS: [(usize, usize); 3] = [(1, 1), (2, 2), (4, 4)];
+/// Workload 4 and 6 run on a tensor of this many f32 (4 MiB).
+pub(crate) const BIG: usize = 1 << 20;
+/// Threads of the memory measurement (workload 2 at the goal's thread count).
+pub(crate) const MEMORY_THREADS: usize = 4;
+
+/// One read-latency configuration's figures, in `Variant::ALL` order.
+pub(crate) type LatencyCells = Vec<(Variant, Latency)>;
+
+/// Everything one run measured.
+pub(crate) struct Results {
+    /// GB/s of `c = a + b`, by (elements, threads).
+    pub(crate) bandwidth: HashMap<(usize, usize), f64>,
+    /// Median ops/s by (workload, elements, threads, variant).
+    pub(crate) dense: HashMap<(Dense, usize, usize, Variant), f64>,
+    /// mvtensor's deltas per combined pass, by (workload, elements, threads), last round.
+    pub(crate) batch: HashMap<(Dense, usize, usize), f64>,
+    /// By (writers, readers), in `Variant::ALL` order.
+    pub(crate) latency: Vec<((usize, usize), LatencyCells)>,
+    /// Median executions/s by (body, threads, variant).
+    pub(crate) sections: HashMap<(Body, usize, SectionVariant), f64>,
+    /// By (elements, variant): every variant at 1M, mvtensor also at the smaller sizes.
+    pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
+}
+
+fn progress(started: Instant, what: &str) {
+    eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+}
+
+pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
+    // Warm up: rayon's pool (mvtensor splits 1M-element passes over it), the allocator.
+    for variant in Variant::ALL {
+        variant.visit(DenseRun {
+            workload: Dense::WriteHeavy,
+            n: BIG,
+            threads: 2,
+            budget: Budget::Time(Duration::from_millis(30)),
+        });
+    }
+
+    progress(started, "bandwidth baseline");
+    let mut bw = HashMap::new();
+    for n in SIZES {
+        for threads in [1, 2] {
+            bw.insert((n, threads), bandwidth(n, threads, plan.bandwidth));
+        }
+    }
+
+    let mut dense = HashMap::new();
+    let mut batch = HashMap::new();
+    for workload in Dense::ALL {
+        progress(started, workload.key());
+        for n in SIZES {
+            for threads in THREADS {
+                let mut runs: HashMap<Variant, Vec<f64>> = HashMap::new();
+                for round in 0..plan.rounds {
+                    for variant in rotated(&Variant::ALL, round) {
+                        let t = variant.visit(DenseRun {
+                            workload,
+                            n,
+                            threads,
+                            budget: Budget::Time(plan.dense),
+                        });
+                        runs.entry(variant).or_default().push(t.per_s());
+                        if let Some(b) = t.mean_batch {
+                            batch.insert((workload, n, threads), b);
+                        }
+                    }
+                }
+                for (variant, xs) in runs {
+                    dense.insert((workload, n, threads, variant), median(xs));
+                }
+            }
+        }
+    }
+
+    progress(started, "read latency under writes");
+    let mut latency = Vec::new();
+    for (writers, readers) in LATENCY_CONFIGS {
+        let mut merged: Vec<(Variant, Latency)> = Variant::ALL
+            .iter()
+            .map(|&v| (v, Latency::empty()))
+            .collect();
+        for round in 0..plan.latency_rounds {
+            for variant in rotated(&Variant::ALL, round) {
+                let l = variant.visit(LatencyRun {
+                    n: BIG,
+                    writers,
+                    readers,
+                    budget: Budget::Time(plan.latency),
+                });
+                let slot = merged.iter_mut().find(|(v, _)| *v == variant).unwrap();
+                slot.1.merge(&l, plan.latency_rounds as f64);
+            }
+        }
+        latency.push(((writers, readers), merged));
+    }
+
+    progress(started, "critical sections");
+    let mut sections = HashMap::new();
+    for body in Body::ALL {
+        let variants: Vec<SectionVariant> = SectionVariant::ALL
+            .into_iter()
+            .filter(|v| v.runs(body))
+            .collect();
+        for threads in THREADS {
+            let mut runs: HashMap<SectionVariant, Vec<f64>> = HashMap::new();
+            for round in 0..plan.rounds {
+                for variant in rotated(&variants, round) {
+                    let t = variant.visit(SectionRun {
+                        body,
+                        threads,
+                        budget: Budget::Time(plan.section),
+                    });
+                    runs.entry(variant).or_default().push(t.per_s());
+                }
+            }
+            for (variant, xs) in runs {
+                sections.insert((body, threads, variant), median(xs));
+            }
+        }
+    }
+
+    progress(started, "memory (one process per variant and size)");
+    let mut memory = Vec::new();
+    for n in SIZES {
+        for v in Variant::ALL {
+            if n == BIG || v == Variant::Mvtensor {
+                memory.push((n, v, memory_of(v, n, plan.memory)));
+            }
+        }
+    }
+
+    Results {
+        bandwidth: bw,
+        dense,
+        batch,
+        latency,
+        sections,
+        memory,
+    }
+}
+
+/// `items`, starting at `round` (so that no variant always runs first).
+fn rotated<T: Copy>(items: &[T], round: usize) -> Vec<T> {
+    let k = round % items.len();
+    items[k..].iter().chain(&items[..k]).copied().collect()
+}
