@@ -51,8 +51,9 @@ pub(crate) struct Op<'d, A> {
     sign: Sign,
     next: *mut Op<'d, A>,
     outcome: AtomicU64,
-    /// Unparked once the outcome is set.
-    waiter: Thread,
+    /// The writer to unpark once the outcome is set; only a writer that may park sets it,
+    /// so the uncontended path clones no thread handle.
+    waiter: Option<Thread>,
 }
 
 impl<'d, A> Op<'d, A> {
@@ -62,7 +63,7 @@ impl<'d, A> Op<'d, A> {
             sign,
             next: ptr::null_mut(),
             outcome: AtomicU64::new(WAITING),
-            waiter: current_thread(),
+            waiter: None,
         }
     }
 }
@@ -102,6 +103,9 @@ impl<A: 'static> Combiner<A> {
             return decode(op.outcome.load(Ordering::Relaxed));
         }
         let park = op.delta.len() * std::mem::size_of::<A>() >= PARK_BYTES;
+        if park {
+            op.waiter = Some(current_thread()); // published with the op by `push`
+        }
         self.push(op);
         let (mut spins, mut backoff) = (0, Backoff::default());
         loop {
@@ -221,7 +225,9 @@ impl<A: 'static> Drop for Finish<'_, '_, A> {
             // the last access to `op`: its writer may return and free it right after.
             // SAFETY: valid until this very store.
             unsafe { (*op).outcome.store(self.outcome, Ordering::Release) };
-            waiter.unpark();
+            if let Some(waiter) = waiter {
+                waiter.unpark();
+            }
         }
         // Release: our pass happens-before the next combiner's.
         self.combiner.busy.store(false, Ordering::Release);
