@@ -3,13 +3,8 @@
 use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::{arr0, ArrayD, IxDyn};
 
-fn scaled(small: usize, big: usize) -> usize {
-    if cfg!(miri) {
-        small
-    } else {
-        big
-    }
-}
+mod common;
+use common::scaled;
 
 #[test]
 fn mixed_adds_and_subs_from_many_threads_are_exact() {

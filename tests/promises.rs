@@ -7,13 +7,8 @@ use std::sync::Barrier;
 use mvtensor::Variable;
 use ndarray::{arr0, ArrayD, IxDyn};
 
-fn scaled(n: usize, big: usize) -> usize {
-    if cfg!(miri) {
-        n
-    } else {
-        big
-    }
-}
+mod common;
+use common::scaled;
 
 /// Promise 1: a snapshot never changes, whatever writers do (10,000 writes while held).
 #[test]

@@ -7,16 +7,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::{arr0, ArrayD, IxDyn};
 
+mod common;
+use common::scaled;
+
 fn scalar(x: f64) -> Variable<f64> {
     Variable::new(arr0(x).into_dyn())
-}
-
-fn scaled(small: usize, big: usize) -> usize {
-    if cfg!(miri) {
-        small
-    } else {
-        big
-    }
 }
 
 /// 100 concurrent executions that each return the old value and add 2.0: exactly

@@ -5,13 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use mvtensor::{CriticalSection, DType, Error, Store};
 use ndarray::{arr0, ArrayD, IxDyn};
 
-fn scaled(small: usize, big: usize) -> usize {
-    if cfg!(miri) {
-        small
-    } else {
-        big
-    }
-}
+mod common;
+use common::scaled;
 
 /// Two accounts whose sum every execution preserves; 4 writer threads transfer between them
 /// while readers take 100,000 snapshots. The sum holds in every one.

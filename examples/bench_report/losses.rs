@@ -26,21 +26,10 @@ impl Report<'_> {
         let mut lines = Vec::new();
         for w in Dense::ALL {
             for n in SIZES {
-                let lost: Vec<String> = THREADS
-                    .iter()
-                    .filter_map(|&t| {
-                        let mv = self.dense(w, n, t, Variant::Mvtensor);
-                        let (lock, l) = self.best_lock(w, n, t);
-                        (mv < l).then(|| {
-                            format!(
-                                "{}: {} ({})",
-                                count(t, "thread"),
-                                ratio(mv / l),
-                                lock.name()
-                            )
-                        })
-                    })
-                    .collect();
+                let lost = lost_cells(|t| {
+                    let (lock, l) = self.best_lock(w, n, t);
+                    (self.dense(w, n, t, Variant::Mvtensor), lock.name(), l)
+                });
                 if !lost.is_empty() {
                     lines.push(format!(
                         "* {} {}: {}",
@@ -52,21 +41,14 @@ impl Report<'_> {
             }
         }
         for body in Body::ALL {
-            let lost: Vec<String> = THREADS
-                .iter()
-                .filter_map(|&t| {
-                    let mv = self.section(body, t, SectionVariant::Mvtensor);
-                    let (lock, l) = self.best_section_lock(body, t);
-                    (mv < l).then(|| {
-                        format!(
-                            "{}: {} ({})",
-                            count(t, "thread"),
-                            ratio(mv / l),
-                            lock.name()
-                        )
-                    })
-                })
-                .collect();
+            let lost = lost_cells(|t| {
+                let (lock, l) = self.best_section_lock(body, t);
+                (
+                    self.section(body, t, SectionVariant::Mvtensor),
+                    lock.name(),
+                    l,
+                )
+            });
             if !lost.is_empty() {
                 lines.push(format!(
                     "* critical section, {}: {}",
@@ -135,3 +117,15 @@ const WHY: &str = r#"
   variant can lose its core for a time slice mid-read; p99 and p99.9 then measure the
   scheduler, not the data structure.
 "#;
+
+/// "N threads: ratio (lock)" for every thread count where the best lock beats mvtensor;
+/// `cell(threads)` gives mvtensor's figure, the best lock's name and its figure.
+fn lost_cells<'n>(cell: impl Fn(usize) -> (f64, &'n str, f64)) -> Vec<String> {
+    THREADS
+        .iter()
+        .filter_map(|&t| {
+            let (mv, lock, l) = cell(t);
+            (mv < l).then(|| format!("{}: {} ({lock})", count(t, "thread"), ratio(mv / l)))
+        })
+        .collect()
+}
