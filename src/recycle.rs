@@ -28,7 +28,8 @@ impl<A> Default for Recycler<A> {
 
 impl<A> Recycler<A> {
     /// An empty buffer with room for at least `len` elements, recycled when one is at hand.
-    pub(crate) fn take(&self, len: usize) -> Vec<A> {
+    /// `fresh` runs when a large buffer had to be allocated anew.
+    pub(crate) fn take(&self, len: usize, fresh: impl FnOnce()) -> Vec<A> {
         if len * std::mem::size_of::<A>() >= MIN_BYTES {
             let mut free = self.free.lock();
             // The most recently returned buffer first: the likeliest to be in cache still
@@ -37,6 +38,8 @@ impl<A> Recycler<A> {
             if let Some(i) = free.iter().rposition(|b| b.capacity() >= len) {
                 return free.remove(i);
             }
+            drop(free);
+            fresh();
         }
         Vec::with_capacity(len)
     }

@@ -21,6 +21,9 @@ pub struct Stats {
     pub combined_deltas: u64,
     /// The largest batch one combined pass applied.
     pub max_batch: u64,
+    /// Large dense passes (64 KiB and up) that found no reclaimed buffer to write into and
+    /// allocated a fresh one: the first touch of fresh pages is what makes them slow.
+    pub fresh_buffers: u64,
     /// Versions of this variable alive right now: the current one, those held by snapshots,
     /// and retired ones whose reclamation is still pending in the epoch.
     pub live_versions: usize,
@@ -36,6 +39,7 @@ pub(crate) struct Counters {
     combined_batches: AtomicU64,
     combined_deltas: AtomicU64,
     max_batch: AtomicU64,
+    fresh_buffers: AtomicU64,
     live_versions: AtomicUsize,
 }
 
@@ -58,6 +62,9 @@ impl Counters {
             .fetch_add(batch as u64, Ordering::Relaxed);
         self.max_batch.fetch_max(batch as u64, Ordering::Relaxed);
     }
+    pub(crate) fn fresh_buffer(&self) {
+        self.fresh_buffers.fetch_add(1, Ordering::Relaxed);
+    }
     pub(crate) fn read(&self) -> Stats {
         Stats {
             commits: self.commits.load(Ordering::Relaxed),
@@ -65,6 +72,7 @@ impl Counters {
             combined_batches: self.combined_batches.load(Ordering::Relaxed),
             combined_deltas: self.combined_deltas.load(Ordering::Relaxed),
             max_batch: self.max_batch.load(Ordering::Relaxed),
+            fresh_buffers: self.fresh_buffers.load(Ordering::Relaxed),
             live_versions: self.live_versions.load(Ordering::Relaxed),
         }
     }

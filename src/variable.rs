@@ -15,7 +15,7 @@ use crate::section::{Claims, Resource};
 use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
 use crate::ticket::TicketQueue;
-use crate::version::{Home, Version};
+use crate::version::{reclaim_retired, Home, Version};
 use crate::{Element, OwnedSnapshot, Snapshot};
 
 /// A shared tensor whose value is an immutable, versioned snapshot.
@@ -190,8 +190,7 @@ impl<A: Element> Variable<A> {
     pub fn assign(&self, value: ArrayD<A>) -> Result<u64> {
         let value = kernel::standard(value);
         self.check_new_shape(value.shape())?;
-        let (_, new) = self.write(&epoch::pin(), Some(value), |_, value| Ok(take(value)))?;
-        Ok(new)
+        self.write_now(Some(value), |_, value| Ok(take(value)))
     }
 
     /// Adds `delta` elementwise. Returns the number of the version that includes it.
@@ -225,12 +224,11 @@ impl<A: Element> Variable<A> {
     /// [`Error::ShapeMismatch`] if `f` returns another shape (unless dynamic); nothing is
     /// written then.
     pub fn update(&self, mut f: impl FnMut(&ArrayD<A>) -> ArrayD<A>) -> Result<u64> {
-        let (_, new) = self.write(&epoch::pin(), None, |cur, _| {
+        self.write_now(None, |cur, _| {
             let next = kernel::standard(f(&cur.data));
             self.check_new_shape(next.shape())?;
             Ok(next)
-        })?;
-        Ok(new)
+        })
     }
 
     /// Like [`update`](Self::update), but returns a snapshot of the version it replaced.
@@ -273,7 +271,7 @@ impl<A: Element> Variable<A> {
     pub fn compare_and_set(&self, expected: u64, value: ArrayD<A>) -> Result<u64> {
         let value = kernel::standard(value);
         self.check_new_shape(value.shape())?;
-        let (_, new) = self.write(&epoch::pin(), Some(value), |cur, value| {
+        self.write_now(Some(value), |cur, value| {
             if cur.number != expected {
                 return Err(Error::VersionConflict {
                     variable: self.name().to_owned(),
@@ -282,8 +280,7 @@ impl<A: Element> Variable<A> {
                 });
             }
             Ok(take(value))
-        })?;
-        Ok(new)
+        })
     }
 
     fn apply_delta(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
@@ -301,16 +298,15 @@ impl<A: Element> Variable<A> {
     }
 
     fn apply_delta_alone(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
-        let (_, new) = self.write(&epoch::pin(), None, |cur, _| {
+        self.write_now(None, |cur, _| {
             check_shape(self.name(), cur.data.shape(), delta.shape())?;
-            let out = self.inner.home.recycler.take(cur.data.len());
+            let out = self.inner.home.buffer(cur.data.len());
             Ok(kernel::apply(
                 &cur.data,
                 &[Delta { data: delta, sign }],
                 out,
             ))
-        })?;
-        Ok(new)
+        })
     }
 
     pub(crate) fn check_new_shape(&self, found: &[usize]) -> Result<()> {
@@ -319,6 +315,19 @@ impl<A: Element> Variable<A> {
         } else {
             check_shape(self.name(), &self.inner.shape, found)
         }
+    }
+
+    /// [`write`](Self::write) under a pin of its own; once unpinned, this thread frees the
+    /// version it replaced if no reader holds it (see [`reclaim_retired`]). Returns the new
+    /// version number.
+    fn write_now(
+        &self,
+        spare: Option<ArrayD<A>>,
+        make: impl FnMut(&Version<A>, &mut Option<ArrayD<A>>) -> Result<ArrayD<A>>,
+    ) -> Result<u64> {
+        let written = self.write(&epoch::pin(), spare, make).map(|(_, new)| new);
+        reclaim_retired();
+        written
     }
 
     /// The write loop: build a value from the current version, publish it with one
@@ -376,9 +385,9 @@ impl<A: Element> Variable<A> {
 /// A combining pass publishes through the variable's normal write path.
 impl<A: Element> Publish<A> for Variable<A> {
     fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
-        let (_, version) = self
-            .write(&epoch::pin(), None, |cur, _| {
-                let out = self.inner.home.recycler.take(cur.data.len());
+        let version = self
+            .write_now(None, |cur, _| {
+                let out = self.inner.home.buffer(cur.data.len());
                 Ok(kernel::apply(&cur.data, deltas, out))
             })
             .ok()?;

@@ -35,6 +35,13 @@ pub(crate) struct Home<A> {
     pub(crate) recycler: Recycler<A>,
 }
 
+impl<A> Home<A> {
+    /// An empty buffer for a dense pass of `len` elements: a reclaimed one when at hand.
+    pub(crate) fn buffer(&self, len: usize) -> Vec<A> {
+        self.recycler.take(len, || self.counters.fresh_buffer())
+    }
+}
+
 impl<A: Element> Version<A> {
     pub(crate) fn new(
         data: ArrayD<A>,
@@ -122,6 +129,9 @@ fn empty<A: Element>() -> ArrayD<A> {
 pub(crate) fn retire<A: Element>(version: Arc<Version<A>>, guard: &epoch::Guard) {
     let bytes = version.data.len() * std::mem::size_of::<A>();
     guard.defer(move || drop(version));
+    if bytes >= FLUSH_BYTES {
+        RETIRED_LARGE.with(|large| large.set(true));
+    }
     let flush = RETIRED.with(|retired| {
         let (total, count) = retired.get();
         let (total, count) = (total + bytes, count + 1);
@@ -134,15 +144,36 @@ pub(crate) fn retire<A: Element>(version: Arc<Version<A>>, guard: &epoch::Guard)
     }
 }
 
-// Retired bytes and versions since this thread last flushed its garbage bag.
+/// Frees, now, the large versions this thread retired during its last write, if no reader
+/// still holds them. Call with no guard of the write still pinned.
+///
+/// A retired version is freed once the global epoch has advanced twice past its retirement,
+/// and each flush advances it at most once. Left to later writes, that kept a variable
+/// cycling through three buffers, and at 4 MiB three buffers plus a delta spill out of
+/// cache (measured on 2 cores: 250-400 us a single-threaded pass instead of 170 us). Two
+/// fresh pins and flushes make both advances now whenever no reader is pinned in an older
+/// epoch, so the next pass writes into the buffer the last one read from. Small versions are
+/// left to the batched flushes of [`retire`]: for them the pins would cost more than they save.
+pub(crate) fn reclaim_retired() {
+    if RETIRED_LARGE.with(|large| large.replace(false)) {
+        for _ in 0..2 {
+            epoch::pin().flush();
+        }
+    }
+}
+
+// Retired bytes and versions since this thread last flushed its garbage bag; and whether
+// its last retired version was large.
 #[cfg(not(loom))]
 thread_local! {
     static RETIRED: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    static RETIRED_LARGE: Cell<bool> = const { Cell::new(false) };
 }
 
 #[cfg(loom)] // loom's thread_local! has no `const` form
 thread_local! {
     static RETIRED: Cell<(usize, usize)> = Cell::new((0, 0));
+    static RETIRED_LARGE: Cell<bool> = Cell::new(false);
 }
 
 /// Flush the thread's garbage bag once this many bytes were retired since the last flush.

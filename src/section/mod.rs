@@ -28,6 +28,7 @@ use crate::error::Error;
 use crate::running::Running;
 use crate::sync::next_id;
 use crate::ticket::{Ticket, TicketQueue};
+use crate::version::reclaim_retired;
 use crate::{Element, Variable};
 
 /// What a section needs from a variable without knowing its element type.
@@ -204,6 +205,7 @@ impl CriticalSection {
         let out = f(&mut txn)?;
         txn.commit();
         drop(tickets); // only after the commit: the next execution must see our writes
+        reclaim_retired();
         Ok(out)
     }
 }

@@ -124,7 +124,7 @@ impl<'s> Txn<'s> {
         let entry = self.entry(variable);
         let current = entry.staged.as_ref().unwrap_or(&entry.base.data);
         check_shape(variable.name(), current.shape(), delta.shape())?;
-        let out = variable.inner.home.recycler.take(current.len());
+        let out = variable.inner.home.buffer(current.len());
         entry.staged = Some(kernel::apply(current, &[Delta { data: delta, sign }], out));
         Ok(())
     }
