@@ -7,11 +7,25 @@
 //! `current + d1 + d2 + ...` in one sweep ([`kernel::apply`](crate::kernel::apply)),
 //! publishes one version through the variable's normal write path (which also takes the
 //! ticket of a queued variable), and hands that version number to every writer whose delta
-//! it applied. The others wait for their outcome, or for the flag: they spin briefly, then
-//! park, and the combiner unparks each writer it served. Before letting go, the combiner runs
-//! a few more passes while operations keep arriving, so an operation pushed during a pass is
-//! not left waiting for a parked owner to time out. (With more writers than cores, spinning
-//! or yielding waiters starved the combiner: one 4 MiB pass took 1.7 ms instead of 0.2 ms.)
+//! it applied.
+//!
+//! **Waiting.** A writer whose delta is small spins and yields until its outcome is set: a
+//! pass takes about a microsecond, less than a wake-up. A writer of a large delta parks
+//! until the combiner that applies it unparks it: with more writers than cores, waiters
+//! that spun, yielded or woke on a timer took the cores the combiner's pass needed (a 4 MiB
+//! pass took 1.7 ms instead of 0.2 ms).
+//!
+//! **Nobody is stranded.** A parked writer is never woken by a timer, so the protocol must
+//! guarantee that some flag holder sees every announced operation:
+//! * a combiner runs up to [`PASSES`] passes while operations keep arriving;
+//! * if operations are still pending when it stops, it unparks the writer of the newest
+//!   one (its *heir*) after letting go of the flag, and the heir combines next;
+//! * if none were pending, it looks once more *after* letting go, and takes the flag back
+//!   if one arrived meanwhile. A writer announces (push) and then checks the flag before it
+//!   parks; the combiner releases the flag and then checks the stack. A `SeqCst` fence sits
+//!   between the two steps on each side, so at least one side sees the other (Dekker):
+//!   either the writer finds the flag free and combines itself, or the combiner finds its
+//!   operation.
 //!
 //! The operation lives on its writer's stack: the writer does not return before its outcome
 //! is set, and setting the outcome is the combiner's last access to it.
@@ -27,7 +41,7 @@ use ndarray::ArrayD;
 
 use crate::kernel::{Delta, Sign};
 use crate::sync::{
-    current_thread, park_briefly, AtomicBool, AtomicPtr, AtomicU64, Backoff, Ordering, Thread,
+    current_thread, fence, park, AtomicBool, AtomicPtr, AtomicU64, Backoff, Ordering, Thread,
 };
 
 /// No outcome yet.
@@ -41,9 +55,11 @@ const SPINS: u32 = 64;
 /// Waiters park only for deltas at least this large. A pass over a small tensor takes about
 /// a microsecond, less than waking a parked thread, so there waiters spin and yield instead
 /// (measured: parking cut 1K-element updates at 8 threads from 1.58 M to 1.14 M per second).
-const PARK_BYTES: usize = 64 * 1024;
-/// Extra passes a combiner runs for operations that arrived during its pass.
-const EXTRA_PASSES: usize = 3;
+/// Under loom every waiter parks, so that the models check the wake-up protocol.
+const PARK_BYTES: usize = if cfg!(loom) { 0 } else { 64 * 1024 };
+/// Passes a combiner runs at most before handing the flag to the writer of a pending op.
+/// Under loom, one: so that two writers already reach the hand-off.
+const PASSES: usize = if cfg!(loom) { 1 } else { 4 };
 
 /// One writer's announced delta.
 pub(crate) struct Op<'d, A> {
@@ -97,16 +113,18 @@ impl<A: 'static> Combiner<A> {
     pub(crate) fn submit(&self, op: &mut Op<'_, A>, publish: &impl Publish<A>) -> Option<u64> {
         // Uncontended: take the flag and apply our delta with whatever else is pending.
         if self.try_lock() {
-            let mine = erase(op);
-            self.combine(Some(mine), publish);
-            self.serve_latecomers(publish);
+            self.hold(Some(erase(op)), publish);
+            // Relaxed: we set it ourselves, in `hold`.
             return decode(op.outcome.load(Ordering::Relaxed));
         }
-        let park = op.delta.len() * std::mem::size_of::<A>() >= PARK_BYTES;
-        if park {
+        let parks = op.delta.len() * std::mem::size_of::<A>() >= PARK_BYTES;
+        if parks {
             op.waiter = Some(current_thread()); // published with the op by `push`
         }
         self.push(op);
+        // The writer's half of the Dekker check: every look at the flag below comes after
+        // the push in the single SeqCst order (module docs).
+        fence(Ordering::SeqCst);
         let (mut spins, mut backoff) = (0, Backoff::default());
         loop {
             // Acquire: pairs with the combiner's Release, so its commit happens-before our
@@ -116,34 +134,61 @@ impl<A: 'static> Combiner<A> {
                 return decode(outcome);
             }
             if self.try_lock() {
-                self.combine(None, publish);
-                self.serve_latecomers(publish);
-            } else if !park {
+                self.hold(None, publish);
+            } else if !parks {
                 backoff.snooze();
             } else if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
-                park_briefly();
+                park(); // the combiner that applies our op, or makes us its heir, unparks us
             }
         }
     }
 
-    /// Operations pushed while a pass ran may belong to parked writers: serve a few more
-    /// passes while there are any, instead of leaving them to their park timeout.
-    fn serve_latecomers(&self, publish: &impl Publish<A>) {
-        for _ in 0..EXTRA_PASSES {
-            // Acquire: a non-null top must show its op, as in `combine`'s swap.
-            if self.pending.load(Ordering::Acquire).is_null() || !self.try_lock() {
+    /// Runs combining passes while holding the flag, then lets go of it without stranding
+    /// an announced op (see the module docs).
+    fn hold(&self, mut mine: Option<*mut Op<'static, A>>, publish: &impl Publish<A>) {
+        let mut passes = 0;
+        loop {
+            let flag = Flag(self); // ours now; dropping it lets go, also on unwind
+            let top = loop {
+                self.combine(mine.take(), publish);
+                passes += 1;
+                // Acquire: pairs with the push, so the top op's fields are visible.
+                let top = self.pending.load(Ordering::Acquire);
+                if top.is_null() || passes >= PASSES {
+                    break top;
+                }
+            };
+            if !top.is_null() {
+                // SAFETY: a pending op is valid until its outcome is set, which only a holder
+                // of the flag does, and we hold it until `flag` drops.
+                let heir = unsafe { (*top).waiter.clone() };
+                drop(flag);
+                // The heir takes the flag next; a writer without a handle is spinning and
+                // takes it by itself.
+                if let Some(heir) = heir {
+                    heir.unpark();
+                }
                 return;
             }
-            self.combine(None, publish);
+            drop(flag);
+            // None was pending when we looked, but a writer may have pushed since and seen
+            // the flag still held: look again now that it is free. The fence is the
+            // combiner's half of the Dekker check; Relaxed: only null-ness matters here, and
+            // a pass that follows swaps with Acquire.
+            fence(Ordering::SeqCst);
+            if self.pending.load(Ordering::Relaxed).is_null() || !self.try_lock() {
+                return;
+            }
         }
     }
 
     fn try_lock(&self) -> bool {
-        // Relaxed pre-check keeps waiters off the line while a combiner works. Acquire on
-        // success: the previous combiner's pass happens-before ours.
+        // Relaxed pre-check: keeps waiters off the line while a combiner works (the Dekker
+        // check orders it with fences). Acquire on success: the previous combiner's pass
+        // happens-before ours.
         !self.busy.load(Ordering::Relaxed)
             && self
                 .busy
@@ -158,7 +203,7 @@ impl<A: 'static> Combiner<A> {
         loop {
             // SAFETY: `op` is ours until pushed; nobody else can see it yet.
             unsafe { (*op).next = top };
-            // Release: publishes the op (delta pointer, sign, next) to the combiner's swap.
+            // Release: publishes the op (delta pointer, sign, next, waiter) to the combiner.
             match self
                 .pending
                 .compare_exchange_weak(top, op, Ordering::Release, Ordering::Relaxed)
@@ -169,9 +214,9 @@ impl<A: 'static> Combiner<A> {
         }
     }
 
-    /// Runs one combining pass while holding the flag, then releases it.
+    /// Runs one combining pass; the caller holds the flag.
     fn combine(&self, mine: Option<*mut Op<'static, A>>, publish: &impl Publish<A>) {
-        // Acquire: pairs with each push's Release, so the announced ops are fully visible.
+        // Acquire: pairs with each push, so the announced ops are fully visible.
         let mut top = self.pending.swap(ptr::null_mut(), Ordering::Acquire);
         let mut batch: Vec<*const Op<'static, A>> =
             mine.map(|m| m.cast_const()).into_iter().collect();
@@ -180,10 +225,9 @@ impl<A: 'static> Combiner<A> {
             // SAFETY: a pending op is valid until its outcome is set, which happens below.
             top = unsafe { (*top).next };
         }
-        // Whatever happens in `publish` (even a panic), every op gets an outcome and the flag
-        // is released, so no writer waits forever.
+        // Whatever happens in `publish` (even a panic), every op gets an outcome, so no writer
+        // waits forever.
         let mut finish = Finish {
-            combiner: self,
             batch: &batch,
             outcome: ALONE,
         };
@@ -209,14 +253,13 @@ impl<A: 'static> Combiner<A> {
     }
 }
 
-/// Hands every op of a batch its outcome and releases the flag, also on unwind.
-struct Finish<'c, 'b, A: 'static> {
-    combiner: &'c Combiner<A>,
+/// Hands every op of a batch its outcome, also on unwind.
+struct Finish<'b, A: 'static> {
     batch: &'b [*const Op<'static, A>],
     outcome: u64,
 }
 
-impl<A: 'static> Drop for Finish<'_, '_, A> {
+impl<A: 'static> Drop for Finish<'_, A> {
     fn drop(&mut self) {
         for &op in self.batch {
             // SAFETY: valid until its outcome is stored, below.
@@ -229,8 +272,46 @@ impl<A: 'static> Drop for Finish<'_, '_, A> {
                 waiter.unpark();
             }
         }
-        // Release: our pass happens-before the next combiner's.
-        self.combiner.busy.store(false, Ordering::Release);
+    }
+}
+
+/// The combiner flag, held; dropping it lets go.
+struct Flag<'c, A: 'static>(&'c Combiner<A>);
+
+impl<A: 'static> Drop for Flag<'_, A> {
+    fn drop(&mut self) {
+        let combiner = self.0;
+        if !std::thread::panicking() {
+            // Release: our pass happens-before the next combiner's. `hold` then makes the
+            // combiner's half of the Dekker check.
+            combiner.busy.store(false, Ordering::Release);
+            return;
+        }
+        // A pass panicked, and nobody may be left parked behind us: every op still pending
+        // is told to apply its delta alone, until none arrives between our letting go and our
+        // last look. (If `hold` runs in a destructor during some other unwind, this runs too:
+        // "alone" is always a correct outcome.)
+        loop {
+            // Acquire: pairs with each push, as in `combine`.
+            let mut op = combiner.pending.swap(ptr::null_mut(), Ordering::Acquire);
+            let mut batch = Vec::new();
+            while !op.is_null() {
+                batch.push(op.cast_const());
+                // SAFETY: pending, so valid until `Finish` below sets its outcome.
+                op = unsafe { (*op).next };
+            }
+            drop(Finish {
+                batch: &batch,
+                outcome: ALONE,
+            });
+            // Release and fence: as in the normal path and `hold`.
+            combiner.busy.store(false, Ordering::Release);
+            fence(Ordering::SeqCst);
+            // Relaxed: only null-ness matters; the swap above acquires.
+            if combiner.pending.load(Ordering::Relaxed).is_null() || !combiner.try_lock() {
+                return;
+            }
+        }
     }
 }
 

@@ -7,10 +7,12 @@
 //! in `loom/` drive the real protocols on tiny scalar tensors.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
+// loom models SeqCst *fences* but treats SeqCst accesses as AcqRel, so a protocol that needs
+// a store-load (Dekker) guarantee states it with a fence, which both builds then check.
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
 
@@ -159,13 +161,12 @@ pub(crate) use std::thread::{current as current_thread, Thread};
 #[cfg(loom)]
 pub(crate) use loom::thread::{current as current_thread, Thread};
 
-/// Sleeps until unparked, or for a short while at most: waiting writers get off the core so
-/// the thread doing their work can use it. The timeout is a fallback, never what
-/// correctness relies on (every wait re-checks its condition). Under loom, which has no
-/// timed park, it yields.
-pub(crate) fn park_briefly() {
+/// Sleeps until another thread unparks this one (or spuriously: every caller re-checks its
+/// condition in a loop). Whoever waits this way must be guaranteed a wake-up by the
+/// protocol itself; under loom a missing one shows up as a deadlock.
+pub(crate) fn park() {
     #[cfg(not(loom))]
-    std::thread::park_timeout(std::time::Duration::from_micros(100));
+    std::thread::park();
     #[cfg(loom)]
-    loom::thread::yield_now();
+    loom::thread::park();
 }

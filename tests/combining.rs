@@ -41,6 +41,29 @@ fn mixed_adds_and_subs_from_many_threads_are_exact() {
     eprintln!("{stats:?}");
 }
 
+/// Large deltas make waiting writers park with no timeout: every one of them must be woken
+/// (by the pass that applies its delta, or as the next combiner), or this test hangs.
+#[test]
+fn writers_of_large_deltas_park_and_are_all_woken() {
+    let (threads, each, len) = (scaled(3, 6), scaled(3, 400), scaled(4, 64 * 1024));
+    let v = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[len])));
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let v = &v;
+            s.spawn(move || {
+                let delta = ArrayD::from_elem(IxDyn(&[len]), t as i64 + 1);
+                for _ in 0..each {
+                    let version = v.assign_add(&delta).unwrap();
+                    assert!(v.version() >= version, "the caller's version is visible");
+                }
+            });
+        }
+    });
+    let expected = (1..=threads as i64).sum::<i64>() * each as i64;
+    assert!(v.read().iter().all(|&x| x == expected));
+    assert_eq!(v.stats().combined_deltas, (threads * each) as u64);
+}
+
 /// The returned version includes the caller's delta: reading right after sees it.
 #[test]
 fn the_returned_version_includes_the_callers_delta() {

@@ -1,4 +1,6 @@
-//! Model of combining: announced deltas are applied exactly once, whoever combines them.
+//! Model of combining: announced deltas are applied exactly once, whoever combines them, and
+//! no writer is left parked. (Under loom every waiter parks with no timeout, and a combiner
+//! hands over after one pass, so a missed wake-up or hand-off is a reported deadlock.)
 
 #![cfg(loom)]
 
@@ -29,4 +31,26 @@ fn no_delta_is_lost_or_applied_twice() {
             "version {version}, mine {mine}, theirs {theirs}, {stats:?}"
         );
     });
+}
+
+#[test]
+fn a_writer_arriving_during_a_pass_is_served_or_takes_over() {
+    run_model(
+        "a_writer_arriving_during_a_pass_is_served_or_takes_over",
+        || {
+            let v = scalar(0);
+            let other = {
+                let v = v.clone();
+                thread::spawn(move || {
+                    let first = v.assign_add(&value(1)).unwrap();
+                    let second = v.assign_add(&value(2)).unwrap();
+                    assert!(second > first, "{first} then {second}");
+                })
+            };
+            v.assign_add(&value(10)).unwrap();
+            other.join().unwrap();
+            assert_eq!(v.read()[[]], 13);
+            assert_eq!(v.stats().combined_deltas, 3);
+        },
+    );
 }
