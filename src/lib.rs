@@ -123,7 +123,7 @@ pub use element::{DType, Element};
 pub use error::{Error, Result};
 pub use section::{CriticalSection, CriticalSectionBuilder, Txn};
 pub use snapshot::{OwnedSnapshot, Snapshot};
-pub use stats::Stats;
+pub use stats::{SectionStats, Stats};
 pub use store::{SnapshotEntry, Store, StoreSnapshot, VariableInfo};
 pub use variable::{Variable, VariableBuilder};
 

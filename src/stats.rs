@@ -29,6 +29,45 @@ pub struct Stats {
     pub live_versions: usize,
 }
 
+/// What one critical section did so far; see
+/// [`CriticalSection::stats`](crate::CriticalSection::stats).
+///
+/// Read counter by counter, like [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SectionStats {
+    /// Executions run (committed, failed or panicked).
+    pub executions: u64,
+    /// Batches: each ran one or more executions that arrived together, and committed once
+    /// (`executions / batches` is the mean batch size).
+    pub batches: u64,
+    /// The largest batch.
+    pub max_batch: u64,
+}
+
+/// The live counters behind [`SectionStats`]; Relaxed, like [`Counters`].
+#[derive(Debug, Default)]
+pub(crate) struct SectionCounters {
+    executions: AtomicU64,
+    batches: AtomicU64,
+    max_batch: AtomicU64,
+}
+
+impl SectionCounters {
+    pub(crate) fn batch(&self, size: u64) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.executions.fetch_add(size, Ordering::Relaxed);
+        self.max_batch.fetch_max(size, Ordering::Relaxed);
+    }
+    pub(crate) fn read(&self) -> SectionStats {
+        SectionStats {
+            executions: self.executions.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            max_batch: self.max_batch.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The live counters behind [`Stats`], shared by a variable and all its versions.
 ///
 /// Every update is Relaxed: they are diagnostics, and publish no other memory.

@@ -66,7 +66,85 @@ fn chained_executions_end_at_the_count() {
         }
     });
     assert_eq!(v.read()[[]], (threads * each) as f64);
-    assert_eq!(v.version(), (threads * each) as u64);
+    // One version per batch of executions that arrived together.
+    let versions = v.version();
+    assert!(
+        versions >= 1 && versions <= (threads * each) as u64,
+        "{versions}"
+    );
+}
+
+/// Executions that arrive together run as one batch on one thread. A failing or panicking
+/// one is rolled back alone, its own error or panic reaches its own caller, and the others
+/// commit (each having seen the writes of those before it).
+#[test]
+fn failures_in_a_batch_roll_back_alone() {
+    #[derive(Debug, PartialEq)]
+    enum Refusal {
+        Mine(usize, usize),
+        Store,
+    }
+    impl From<Error> for Refusal {
+        fn from(_: Error) -> Self {
+            Refusal::Store
+        }
+    }
+    let (threads, each) = (scaled(2, 8), scaled(6, 300));
+    let v = scalar(0.0);
+    let cs = CriticalSection::builder().resource(&v).build().unwrap();
+    let committed: usize = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (v, cs) = (&v, &cs);
+                s.spawn(move || {
+                    let mut committed = 0;
+                    for i in 0..each {
+                        let (panics, refuses) = (i % 40 == 7, i % 3 == 1);
+                        let result = catch_unwind(AssertUnwindSafe(|| {
+                            cs.execute(|tx| {
+                                let before = tx.read(v)[[]];
+                                tx.assign_add(v, &arr0(1.0).into_dyn())?;
+                                assert_eq!(tx.read(v)[[]], before + 1.0, "sees its own write");
+                                if panics {
+                                    panic!("execution {t}/{i} panics");
+                                }
+                                if refuses {
+                                    return Err(Refusal::Mine(t, i));
+                                }
+                                Ok(before)
+                            })
+                        }));
+                        match result {
+                            Err(panic) => {
+                                assert!(panics, "{t}/{i} panicked");
+                                let message = panic.downcast_ref::<String>().unwrap();
+                                assert_eq!(message, &format!("execution {t}/{i} panics"));
+                            }
+                            Ok(Err(refusal)) => {
+                                assert!(refuses && !panics);
+                                assert_eq!(refusal, Refusal::Mine(t, i), "someone else's error");
+                            }
+                            Ok(Ok(_)) => {
+                                assert!(!refuses && !panics);
+                                committed += 1;
+                            }
+                        }
+                    }
+                    committed
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert_eq!(
+        v.read()[[]],
+        committed as f64,
+        "exactly the kept executions"
+    );
+    let stats = cs.stats();
+    assert_eq!(stats.executions, (threads * each) as u64);
+    assert!(stats.batches <= stats.executions && stats.max_batch <= threads as u64);
+    eprintln!("{stats:?}");
 }
 
 /// Inside an execution the resources never change, even while other threads hammer them

@@ -62,10 +62,13 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
     });
     assert_eq!(a.read()[[]] + b.read()[[]], 1000);
     assert!(taken.load(Ordering::Relaxed) >= snapshots_wanted);
-    assert_eq!(a.version(), 4 * transfers_each as u64);
+    // One version per batch of transfers, and both variables commit every batch together.
+    assert!(a.version() >= 1 && a.version() <= 4 * transfers_each as u64);
+    assert_eq!(a.version(), b.version());
     eprintln!(
-        "{} snapshots raced {} transfers",
+        "{} snapshots raced {} transfers in {} batches",
         taken.load(Ordering::Relaxed),
+        4 * transfers_each,
         a.version()
     );
 }

@@ -15,17 +15,22 @@
 //!
 //! **No starvation.** Tickets are served first come, first served.
 
+mod batch;
 mod claims;
 mod txn;
 
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
+
+use batch::{Batcher, Job};
 
 pub(crate) use claims::Claims;
 pub use txn::Txn;
 
 use crate::error::Error;
 use crate::running::Running;
+use crate::stats::SectionStats;
 use crate::sync::next_id;
 use crate::ticket::{Ticket, TicketQueue};
 use crate::version::reclaim_retired;
@@ -81,6 +86,8 @@ struct SectionInner {
     resources: Vec<Arc<dyn Resource>>,
     /// Orders the executions of a section without resources.
     own_queue: TicketQueue,
+    /// Executions waiting to run in the next batch.
+    batcher: Batcher,
 }
 
 /// Options for a new [`CriticalSection`]; start with [`CriticalSection::builder`].
@@ -147,6 +154,7 @@ impl CriticalSectionBuilder {
                 name,
                 resources,
                 own_queue: TicketQueue::default(),
+                batcher: Batcher::default(),
             }),
         })
     }
@@ -181,32 +189,58 @@ impl CriticalSection {
         &self.inner.name
     }
 
+    /// How many executions ran, in how many batches.
+    pub fn stats(&self) -> SectionStats {
+        self.inner.batcher.counters.read()
+    }
+
     /// Runs `f` inside the section and commits its writes atomically.
     ///
-    /// The call takes a ticket, waits its turn (FIFO), runs `f` with a [`Txn`] that reads the
-    /// resources as they are (no one else can change them now) and stages writes, then makes
-    /// every staged write visible at once and lets the next execution in. Readers never wait
-    /// for any of this.
+    /// The call waits its turn (first come, first served), runs `f` with a [`Txn`] that
+    /// reads the resources as they are (no one else can change them now) and stages writes,
+    /// then makes every staged write visible at once and lets the next execution in. Readers
+    /// never wait for any of this.
     ///
-    /// If `f` returns `Err` or panics, nothing is committed, the error (or panic) reaches
-    /// this caller only, and the section stays usable.
+    /// If `f` returns `Err` or panics, nothing of it is committed, the error (or panic)
+    /// reaches this caller only, and the section stays usable.
+    ///
+    /// **Batches.** Executions that arrive while another runs are run together by one
+    /// thread, in arrival order, and committed at once (`docs/design.md`, "Batches": it is
+    /// what keeps tiny executions from queueing behind the scheduler). So `f` may run on
+    /// another thread than the caller's, which is why it and its result must be `Send`; each
+    /// execution still sees exactly the writes of those before it, and a variable's version
+    /// number grows by one per batch, not per execution.
     ///
     /// # Errors
     /// `f`'s own error; or [`Error::Reentrant`] (converted into `E`) at once if this thread
     /// is already inside an execution of any section.
-    pub fn execute<R, E: From<Error>>(
-        &self,
-        f: impl FnOnce(&mut Txn<'_>) -> Result<R, E>,
-    ) -> Result<R, E> {
+    pub fn execute<R, E, F>(&self, f: F) -> Result<R, E>
+    where
+        F: FnOnce(&mut Txn<'_>) -> Result<R, E> + Send,
+        R: Send,
+        E: From<Error> + Send,
+    {
         let inner = &*self.inner;
         let _running = Running::enter(&inner.name)?;
-        let tickets = inner.enter();
-        let mut txn = Txn::new(&inner.name, &inner.resources);
-        let out = f(&mut txn)?;
-        txn.commit();
-        drop(tickets); // only after the commit: the next execution must see our writes
+        let mut f = Some(f);
+        let mut outcome = None;
+        {
+            let mut run = |txn: &mut Txn<'_>| {
+                let f = f.take().expect("a batch runs each job once");
+                // Caught so that it reaches this caller only: the batch rolls this job back
+                // and goes on with the others.
+                let result = panic::catch_unwind(AssertUnwindSafe(|| f(txn)));
+                let kept = matches!(result, Ok(Ok(_)));
+                outcome = Some(result);
+                kept
+            };
+            inner.submit(&mut Job::new(&mut run));
+        }
         reclaim_retired();
-        Ok(out)
+        match outcome.expect("a committed batch ran every job it took") {
+            Ok(result) => result,
+            Err(panic) => panic::resume_unwind(panic),
+        }
     }
 }
 

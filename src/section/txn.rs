@@ -19,6 +19,11 @@ use crate::{Element, Variable};
 /// plus this execution's own earlier writes. Writes are staged and become visible together
 /// when the closure returns `Ok`; if it returns `Err` or panics they are dropped.
 ///
+/// Executions that arrive together share one `Txn`, one after another (see
+/// [`CriticalSection::execute`](crate::CriticalSection::execute)): each sees the writes of
+/// those before it, exactly as if they had committed one by one, and a failed one is rolled
+/// back to where it began.
+///
 /// Reading a variable outside the section's resource set is allowed (it shows that
 /// variable's value when first read, unchanged afterwards in this execution), writing one is
 /// [`Error::NotInResourceSet`].
@@ -32,6 +37,10 @@ pub struct Txn<'s> {
 trait Entry: Send {
     fn id(&self) -> u64;
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// An execution begins: forget the previous one's checkpoint.
+    fn begin(&mut self);
+    /// The execution failed: restore the staged value it began with.
+    fn rollback(&mut self);
     /// Publishes the staged value with the shared pending `record`; false if nothing staged.
     fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool;
     /// After the record committed: retire the replaced version, count the commit.
@@ -43,7 +52,18 @@ struct TypedEntry<A: Element> {
     /// The version the execution read; for a resource, the head until we commit.
     base: Arc<Version<A>>,
     staged: Option<ArrayD<A>>,
+    /// What `staged` was when the current execution first wrote it, for a rollback.
+    checkpoint: Option<Option<ArrayD<A>>>,
     installed: Option<Arc<Version<A>>>,
+}
+
+impl<A: Element> TypedEntry<A> {
+    fn stage(&mut self, value: ArrayD<A>) {
+        let before = self.staged.replace(value);
+        if self.checkpoint.is_none() {
+            self.checkpoint = Some(before);
+        }
+    }
 }
 
 impl<'s> Txn<'s> {
@@ -69,7 +89,7 @@ impl<'s> Txn<'s> {
     pub fn assign<A: Element>(&mut self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
         self.check_resource(variable)?;
         variable.check_new_shape(value.shape())?;
-        self.entry(variable).staged = Some(kernel::standard(value));
+        self.entry(variable).stage(kernel::standard(value));
         Ok(())
     }
 
@@ -110,7 +130,7 @@ impl<'s> Txn<'s> {
         self.check_resource(variable)?;
         let next = f(self.read(variable));
         variable.check_new_shape(next.shape())?;
-        self.entry(variable).staged = Some(kernel::standard(next));
+        self.entry(variable).stage(kernel::standard(next));
         Ok(())
     }
 
@@ -125,7 +145,8 @@ impl<'s> Txn<'s> {
         let current = entry.staged.as_ref().unwrap_or(&entry.base.data);
         check_shape(variable.name(), current.shape(), delta.shape())?;
         let out = variable.inner.home.buffer(current.len());
-        entry.staged = Some(kernel::apply(current, &[Delta { data: delta, sign }], out));
+        let next = kernel::apply(current, &[Delta { data: delta, sign }], out);
+        entry.stage(next);
         Ok(())
     }
 
@@ -161,6 +182,7 @@ impl<'s> Txn<'s> {
                     variable: variable.clone(),
                     base: base.to_arc(),
                     staged: None,
+                    checkpoint: None,
                     installed: None,
                 }));
                 self.entries.len() - 1
@@ -170,6 +192,16 @@ impl<'s> Txn<'s> {
             .as_any_mut()
             .downcast_mut::<TypedEntry<A>>()
             .expect("one id, one variable, one element type")
+    }
+
+    /// Starts the next execution of a batch: its writes are what a rollback undoes.
+    pub(super) fn begin(&mut self) {
+        self.entries.iter_mut().for_each(|e| e.begin());
+    }
+
+    /// Undoes the writes of the execution since [`begin`](Self::begin).
+    pub(super) fn rollback(&mut self) {
+        self.entries.iter_mut().for_each(|e| e.rollback());
     }
 
     /// Installs every staged write with one pending record, commits the record (the moment
@@ -199,6 +231,16 @@ impl<A: Element> Entry for TypedEntry<A> {
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+
+    fn begin(&mut self) {
+        self.checkpoint = None;
+    }
+
+    fn rollback(&mut self) {
+        if let Some(before) = self.checkpoint.take() {
+            self.staged = before;
+        }
     }
 
     fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool {
