@@ -37,6 +37,8 @@
 
 use std::ptr;
 
+use smallvec::SmallVec;
+
 use ndarray::ArrayD;
 
 use crate::kernel::{Delta, Sign};
@@ -217,31 +219,30 @@ impl<A: 'static> Combiner<A> {
     /// Runs one combining pass; the caller holds the flag.
     fn combine(&self, mine: Option<*mut Op<'static, A>>, publish: &impl Publish<A>) {
         // Acquire: pairs with each push, so the announced ops are fully visible.
-        let mut top = self.pending.swap(ptr::null_mut(), Ordering::Acquire);
-        let mut batch: Vec<*const Op<'static, A>> =
-            mine.map(|m| m.cast_const()).into_iter().collect();
-        while !top.is_null() {
-            batch.push(top);
-            // SAFETY: a pending op is valid until its outcome is set, which happens below.
-            top = unsafe { (*top).next };
+        let mut first = self.pending.swap(ptr::null_mut(), Ordering::Acquire);
+        if let Some(mine) = mine {
+            // SAFETY: our own op, never pushed: its link is ours.
+            unsafe { (*mine).next = first };
+            first = mine;
         }
         // Whatever happens in `publish` (even a panic), every op gets an outcome, so no writer
         // waits forever.
         let mut finish = Finish {
-            batch: &batch,
+            first,
             outcome: ALONE,
         };
-        let deltas: Vec<Delta<'_, A>> = batch
-            .iter()
-            .map(|&op| {
-                // SAFETY: as above: valid until its outcome is set.
-                let op = unsafe { &*op };
-                Delta {
-                    data: op.delta,
-                    sign: op.sign,
-                }
-            })
-            .collect();
+        // Inline for the usual handful of deltas: no allocation on the write path.
+        let mut deltas: SmallVec<[Delta<'_, A>; 8]> = SmallVec::new();
+        let mut op = first;
+        while !op.is_null() {
+            // SAFETY: a taken op is valid until its outcome is set, by `finish`.
+            let taken = unsafe { &*op };
+            deltas.push(Delta {
+                data: taken.delta,
+                sign: taken.sign,
+            });
+            op = taken.next;
+        }
         // A waiter whose op a previous pass already applied may take the flag and find
         // nothing pending: publishing then would commit a copy nobody asked for.
         if deltas.is_empty() {
@@ -253,17 +254,18 @@ impl<A: 'static> Combiner<A> {
     }
 }
 
-/// Hands every op of a batch its outcome, also on unwind.
-struct Finish<'b, A: 'static> {
-    batch: &'b [*const Op<'static, A>],
+/// Hands every op of a batch (a list linked through `next`) its outcome, also on unwind.
+struct Finish<A: 'static> {
+    first: *mut Op<'static, A>,
     outcome: u64,
 }
 
-impl<A: 'static> Drop for Finish<'_, A> {
+impl<A: 'static> Drop for Finish<A> {
     fn drop(&mut self) {
-        for &op in self.batch {
-            // SAFETY: valid until its outcome is stored, below.
-            let waiter = unsafe { (*op).waiter.clone() };
+        let mut op = self.first;
+        while !op.is_null() {
+            // SAFETY: valid until its outcome is stored, below; read what we need first.
+            let (next, waiter) = unsafe { ((*op).next, (*op).waiter.clone()) };
             // Release: the commit (and the pass) happen-before the writer's return. This is
             // the last access to `op`: its writer may return and free it right after.
             // SAFETY: valid until this very store.
@@ -271,6 +273,7 @@ impl<A: 'static> Drop for Finish<'_, A> {
             if let Some(waiter) = waiter {
                 waiter.unpark();
             }
+            op = next;
         }
     }
 }
@@ -293,15 +296,8 @@ impl<A: 'static> Drop for Flag<'_, A> {
         // "alone" is always a correct outcome.)
         loop {
             // Acquire: pairs with each push, as in `combine`.
-            let mut op = combiner.pending.swap(ptr::null_mut(), Ordering::Acquire);
-            let mut batch = Vec::new();
-            while !op.is_null() {
-                batch.push(op.cast_const());
-                // SAFETY: pending, so valid until `Finish` below sets its outcome.
-                op = unsafe { (*op).next };
-            }
             drop(Finish {
-                batch: &batch,
+                first: combiner.pending.swap(ptr::null_mut(), Ordering::Acquire),
                 outcome: ALONE,
             });
             // Release and fence: as in the normal path and `hold`.

@@ -8,6 +8,7 @@
 use std::mem::MaybeUninit;
 
 use ndarray::{ArrayD, CowArray, IxDyn};
+use smallvec::SmallVec;
 
 use crate::Element;
 
@@ -45,14 +46,25 @@ pub(crate) fn apply<A: Element>(
 ) -> ArrayD<A> {
     debug_assert!(deltas.iter().all(|d| d.data.shape() == base.shape()));
     let base_std = base.as_standard_layout();
-    let deltas_std: Vec<(CowArray<'_, A, IxDyn>, Sign)> = deltas
-        .iter()
-        .map(|d| (d.data.as_standard_layout(), d.sign))
-        .collect();
     let base_s = contiguous(&base_std);
-    let delta_s: Vec<(&[A], Sign)> = deltas_std
+    // Deltas are read in place when already in standard layout (the usual case, with no
+    // allocation); others are copied into standard layout first.
+    let copies: Vec<ArrayD<A>> = deltas
         .iter()
-        .map(|(d, sign)| (contiguous(d), *sign))
+        .filter(|d| d.data.as_slice().is_none())
+        .map(|d| d.data.as_standard_layout().into_owned())
+        .collect();
+    let mut copies = copies.iter();
+    let delta_s: SmallVec<[(&[A], Sign); 8]> = deltas
+        .iter()
+        .map(|d| {
+            let data = d.data.as_slice().unwrap_or_else(|| {
+                let copy = copies.next().expect("one copy per non-standard delta");
+                copy.as_slice()
+                    .expect("a standard-layout copy is contiguous")
+            });
+            (data, d.sign)
+        })
         .collect();
 
     let n = base_s.len();
