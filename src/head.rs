@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use crate::sync::{epoch, AtomicPtr, Ordering};
-use crate::version::{retire, Version};
+use crate::version::{retire, Pinned, Version};
 use crate::Element;
 
 const QUEUED: usize = 1;
@@ -26,7 +26,7 @@ pub(crate) struct Head<A: Element> {
 /// committed version to build on.
 pub(crate) struct Current<'g, A: Element> {
     pub(crate) raw: *mut Version<A>,
-    pub(crate) version: &'g Version<A>,
+    pub(crate) version: Pinned<'g, A>,
 }
 
 impl<A: Element> Current<'_, A> {
@@ -62,7 +62,7 @@ impl<A: Element> Head<A> {
 
     /// The newest *committed* version: the read path. Wait-free: one acquire load of the head,
     /// one of the record, and (only while a write is mid-commit) one of `prev`.
-    pub(crate) fn visible<'g>(&self, guard: &'g epoch::Guard) -> &'g Version<A> {
+    pub(crate) fn visible<'g>(&self, guard: &'g epoch::Guard) -> Pinned<'g, A> {
         let newest = self.newest(guard);
         if newest.record.is_committed() {
             return newest;
@@ -73,26 +73,26 @@ impl<A: Element> Head<A> {
             // `prev` is cleared only after the commit, so the newest one is committed by now.
             return newest;
         }
-        // SAFETY: `prev` was reachable from the head while we are pinned, so its retirement
-        // (if any) happens after our pin and its memory outlives `guard`.
-        unsafe { &*prev }
+        // SAFETY: `prev` holds a count from `Arc::into_raw`, and it was reachable from the
+        // head while we are pinned, so its retirement (if any) happens after our pin and its
+        // memory outlives `guard`.
+        unsafe { Pinned::new(prev) }
     }
 
     /// The version a snapshot at clock value `at` sees, or `None` if writes since `at` have
     /// already unlinked it (the snapshot then retries at a newer clock value).
-    pub(crate) fn visible_at<'g>(
-        &self,
-        at: u64,
-        guard: &'g epoch::Guard,
-    ) -> Option<&'g Version<A>> {
+    pub(crate) fn visible_at<'g>(&self, at: u64, guard: &'g epoch::Guard) -> Option<Pinned<'g, A>> {
         let newest = self.newest(guard);
         if newest.record.visible_at(at) {
             return Some(newest);
         }
         // Acquire: as in `visible`.
         let prev = newest.prev.load(Ordering::Acquire);
-        // SAFETY: as in `visible`: reachable from the head while pinned.
-        let prev = unsafe { prev.as_ref() }?;
+        if prev.is_null() {
+            return None;
+        }
+        // SAFETY: as in `visible`: a count from `into_raw`, reachable from the head while pinned.
+        let prev = unsafe { Pinned::new(prev) };
         prev.record.visible_at(at).then_some(prev)
     }
 
@@ -100,9 +100,9 @@ impl<A: Element> Head<A> {
     pub(crate) fn current<'g>(&self, _guard: &'g epoch::Guard) -> Current<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.
         let raw = self.ptr.load(Ordering::Acquire);
-        // SAFETY: the head always holds a count on its version, and retirement of a replaced
-        // head waits for our pin.
-        let version = unsafe { &*untag(raw) };
+        // SAFETY: the head always holds a count (from `into_raw`) on its version, and
+        // retirement of a replaced head waits for our pin.
+        let version = unsafe { Pinned::new(untag(raw)) };
         Current { raw, version }
     }
 
@@ -115,7 +115,7 @@ impl<A: Element> Head<A> {
         expected: &Current<'g, A>,
         new: Arc<Version<A>>,
         _guard: &'g epoch::Guard,
-    ) -> Result<&'g Version<A>, Arc<Version<A>>> {
+    ) -> Result<Pinned<'g, A>, Arc<Version<A>>> {
         // Relaxed: the successful CAS below releases it together with the rest of `new`.
         new.prev.store(untag(expected.raw), Ordering::Relaxed);
         let new_raw = Arc::into_raw(new).cast_mut();
@@ -127,9 +127,10 @@ impl<A: Element> Head<A> {
             .ptr
             .compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)
         {
-            // SAFETY: `new_raw` is now the head, which keeps it alive at least until a later
-            // write retires it, and that retirement waits for the caller's pin.
-            Ok(_) => Ok(unsafe { &*new_raw }),
+            // SAFETY: `new_raw` comes from `into_raw` and is now the head, which keeps it
+            // alive at least until a later write retires it, and that retirement waits for the
+            // caller's pin.
+            Ok(_) => Ok(unsafe { Pinned::new(new_raw) }),
             Err(_) => {
                 // SAFETY: the CAS failed, so nobody else saw `new_raw`; we take back the count
                 // we gave away with `into_raw`.
@@ -159,12 +160,12 @@ impl<A: Element> Head<A> {
     }
 
     /// The newest version, committed or not.
-    fn newest<'g>(&self, _guard: &'g epoch::Guard) -> &'g Version<A> {
+    fn newest<'g>(&self, _guard: &'g epoch::Guard) -> Pinned<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.
         let raw = self.ptr.load(Ordering::Acquire);
-        // SAFETY: the head holds a count on its version, and retiring a replaced head waits
-        // for every thread pinned now, `_guard`'s thread included.
-        unsafe { &*untag(raw) }
+        // SAFETY: the head holds a count (from `into_raw`) on its version, and retiring a
+        // replaced head waits for every thread pinned now, `_guard`'s thread included.
+        unsafe { Pinned::new(untag(raw)) }
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::sync::epoch;
-use crate::version::Version;
+use crate::version::{Pinned, Version};
 use crate::Element;
 
 /// A short-lived, wait-free view of one version of a variable, from
@@ -31,17 +31,22 @@ pub struct Snapshot<A: Element> {
 
 impl<A: Element> Snapshot<A> {
     /// Wraps a version that was reachable while `guard` was pinned.
-    pub(crate) fn new(version: &Version<A>, guard: epoch::Guard) -> Self {
+    pub(crate) fn new(version: Pinned<'_, A>, guard: epoch::Guard) -> Self {
         Self {
-            version: NonNull::from(version),
+            version: NonNull::new(version.as_ptr().cast_mut()).expect("versions are not null"),
             _guard: guard,
         }
     }
 
+    fn pinned(&self) -> Pinned<'_, A> {
+        // SAFETY: the pointer came from a `Pinned` (so from `Arc::into_raw`), and the version
+        // was reachable from its variable while `_guard` was pinned, so it cannot be
+        // reclaimed before `_guard` is dropped, which is after `self`.
+        unsafe { Pinned::new(self.version.as_ptr()) }
+    }
+
     fn get(&self) -> &Version<A> {
-        // SAFETY: the version was reachable from its variable while `_guard` was pinned, so it
-        // cannot be reclaimed before `_guard` is dropped, which is after `self`.
-        unsafe { self.version.as_ref() }
+        self.pinned().get()
     }
 
     /// The version number: 0 for the value the variable was created with, plus one per commit.
@@ -61,7 +66,7 @@ impl<A: Element> Snapshot<A> {
 
     /// A reference-counted handle on the same version, which does not pin the epoch.
     pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A> {
-        OwnedSnapshot::new(self.get().to_arc())
+        OwnedSnapshot::new(self.pinned().to_arc())
     }
 }
 

@@ -15,7 +15,7 @@ use crate::section::{Claims, Resource};
 use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
 use crate::ticket::TicketQueue;
-use crate::version::{reclaim_retired, Home, Version};
+use crate::version::{reclaim_retired, Home, Pinned, Version};
 use crate::{Element, OwnedSnapshot, Snapshot};
 
 /// A shared tensor whose value is an immutable, versioned snapshot.
@@ -145,10 +145,10 @@ impl<A: Element> Variable<A> {
     /// lives: keep it short, or use [`read_owned`](Self::read_owned).
     pub fn read(&self) -> Snapshot<A> {
         let guard = epoch::pin();
-        let version: *const Version<A> = self.inner.head.visible(&guard);
+        let version = self.inner.head.visible(&guard).as_ptr();
         // SAFETY: the version was reachable while `guard` is pinned, and `guard` moves into
         // the snapshot, so the version outlives it.
-        Snapshot::new(unsafe { &*version }, guard)
+        Snapshot::new(unsafe { Pinned::new(version) }, guard)
     }
 
     /// The current value as a reference-counted snapshot that does not pin the epoch:
@@ -257,9 +257,9 @@ impl<A: Element> Variable<A> {
             self.check_new_shape(next.shape())?;
             Ok(next)
         })?;
-        let old: *const Version<A> = old;
+        let old = old.as_ptr();
         // SAFETY: `old` was the head while `guard` was pinned; `guard` moves into the snapshot.
-        Ok(Snapshot::new(unsafe { &*old }, guard))
+        Ok(Snapshot::new(unsafe { Pinned::new(old) }, guard))
     }
 
     /// Replaces the value only if the current version number is `expected`. Returns the new
@@ -343,7 +343,7 @@ impl<A: Element> Variable<A> {
         guard: &'g epoch::Guard,
         mut spare: Option<ArrayD<A>>,
         mut make: impl FnMut(&Version<A>, &mut Option<ArrayD<A>>) -> Result<ArrayD<A>>,
-    ) -> Result<(&'g Version<A>, u64)> {
+    ) -> Result<(Pinned<'g, A>, u64)> {
         let inner = &*self.inner;
         let mut ticket = None;
         loop {
@@ -359,7 +359,7 @@ impl<A: Element> Variable<A> {
                 continue; // reload: the previous ticket holder has committed
             }
             current.settle(guard); // free, or we hold the ticket: see `Current::settle`
-            let data = make(current.version, &mut spare)?;
+            let data = make(current.version.get(), &mut spare)?;
             let new = Arc::new(Version::new(
                 data,
                 current.version.number + 1,

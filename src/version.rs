@@ -1,5 +1,7 @@
 //! Immutable versions of a variable's value.
 
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ndarray::ArrayD;
@@ -25,6 +27,67 @@ pub(crate) struct Version<A: Element> {
     /// falls back to `prev`. The committer (or a helper) swaps it to null and retires it.
     pub(crate) prev: AtomicPtr<Version<A>>,
     home: Arc<Home<A>>,
+}
+
+/// A version reachable while a guard (lifetime `'g`) is pinned: a pointer that keeps the
+/// provenance of the `Arc` allocation it was loaded from, so it can take a strong count
+/// ([`to_arc`](Self::to_arc)) that may later drop (and so write to) the version. A `&Version`
+/// cannot: memory reached through a shared reference is read-only to the borrow checker's
+/// models, and miri (Tree Borrows) flags an `Arc` rebuilt from one.
+pub(crate) struct Pinned<'g, A: Element> {
+    ptr: NonNull<Version<A>>,
+    _guard: PhantomData<&'g Version<A>>,
+}
+
+impl<A: Element> Clone for Pinned<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A: Element> Copy for Pinned<'_, A> {}
+
+impl<'g, A: Element> Pinned<'g, A> {
+    /// # Safety
+    /// `ptr` must come from `Arc::into_raw` of a version (the head's and `prev`'s counts do),
+    /// and the version must stay allocated for `'g` (reachable while the guard is pinned).
+    pub(crate) unsafe fn new(ptr: *const Version<A>) -> Self {
+        Self {
+            ptr: NonNull::new(ptr.cast_mut()).expect("a reachable version is not null"),
+            _guard: PhantomData,
+        }
+    }
+
+    /// The version, borrowed for as long as the guard is pinned.
+    pub(crate) fn get(self) -> &'g Version<A> {
+        // SAFETY: `new`'s contract: allocated for `'g`.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The pointer, with its provenance, for a holder of the guard (a [`Snapshot`]) that
+    /// cannot name the guard's lifetime.
+    ///
+    /// [`Snapshot`]: crate::Snapshot
+    pub(crate) fn as_ptr(self) -> *const Version<A> {
+        self.ptr.as_ptr()
+    }
+
+    /// A new strong count on this version.
+    pub(crate) fn to_arc(self) -> Arc<Version<A>> {
+        let raw = self.ptr.as_ptr().cast_const();
+        // SAFETY: `raw` came from `Arc::into_raw` (`new`'s contract) and the version is alive
+        // while we are pinned, so adding a count is sound.
+        unsafe { Arc::increment_strong_count(raw) };
+        // SAFETY: we own the count just added; `raw` carries the allocation's provenance.
+        unsafe { Arc::from_raw(raw) }
+    }
+}
+
+impl<A: Element> std::ops::Deref for Pinned<'_, A> {
+    type Target = Version<A>;
+    fn deref(&self) -> &Version<A> {
+        self.get()
+    }
 }
 
 /// What every version of a variable shares with it, even after the variable is gone: its
@@ -57,16 +120,6 @@ impl<A: Element> Version<A> {
             prev: AtomicPtr::new(std::ptr::null_mut()),
             home,
         }
-    }
-
-    /// A new strong count on this version.
-    pub(crate) fn to_arc(&self) -> Arc<Self> {
-        let raw: *const Self = self;
-        // SAFETY: every version is allocated in an `Arc` (heads and `prev` links hold counts
-        // from `Arc::into_raw`), and `&self` proves it is alive, so adding a count is sound.
-        unsafe { Arc::increment_strong_count(raw) };
-        // SAFETY: we own the count just added.
-        unsafe { Arc::from_raw(raw) }
     }
 
     /// The commit timestamp; versions handed to users are always committed.

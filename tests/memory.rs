@@ -8,8 +8,12 @@ use ndarray::{ArrayD, IxDyn};
 
 const MIB: usize = 1 << 20;
 
-/// Resident set size of this process, from /proc (Linux); `None` elsewhere.
+/// Resident set size of this process, from /proc (Linux); `None` elsewhere, and under miri
+/// (whose isolation forbids opening files).
 fn rss_bytes() -> Option<usize> {
+    if cfg!(miri) {
+        return None;
+    }
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)

@@ -258,7 +258,7 @@ impl<A: Element> Entry for TypedEntry<A> {
             let current = inner.head.current(guard);
             current.settle(guard); // we hold the ticket: only a slipped-in free write
             assert!(
-                std::ptr::eq(current.version, &*self.base),
+                std::ptr::eq(current.version.as_ptr(), Arc::as_ptr(&self.base)),
                 "a queued variable changed while its tickets were held"
             );
             match inner.head.install(&current, new, guard) {
