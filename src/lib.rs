@@ -79,7 +79,10 @@
 //! A variable that belongs to a critical section has its head marked *queued*: every write
 //! to it then takes a ticket on the variable's FIFO queue. An execution takes its tickets in
 //! variable-id order (so no cycle of waits can form), installs all its writes under one
-//! shared commit record and commits that record once, so they become visible together. A
+//! shared commit record and commits that record once, so they become visible together.
+//! Executions of one section that arrive together run back to back on one thread, under one
+//! set of tickets and one commit (a *batch*), so a crowd of threads does not wait for the
+//! scheduler to hand the section from one to the next. A
 //! store snapshot reads the clock once and picks, for each variable, the newest version
 //! committed by then; a write caught mid-commit is pushed past the snapshot instead of
 //! waited for.
@@ -95,8 +98,10 @@
 //! * A [`Snapshot`] pins the epoch: while one is held, no version retired by any thread is
 //!   freed. Keep them short; use [`OwnedSnapshot`] for anything long.
 //! * Combined `assign_add` callers may wait for the thread that applies their delta, and
-//!   critical sections are FIFO queues: with many more threads than cores, a descheduled
-//!   holder delays those behind it (a mutex lets others barge ahead). Readers never wait.
+//!   critical sections are FIFO queues: a descheduled batch holder delays those behind it (a
+//!   mutex lets others barge ahead). Readers never wait.
+//! * A critical-section closure may run on another thread (the one running its batch), so
+//!   it must be `Send`, and readers never see the state between two executions of a batch.
 //!
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 

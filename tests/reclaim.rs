@@ -6,6 +6,10 @@ use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::{ArrayD, IxDyn};
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
+)]
 fn a_lone_writer_frees_what_it_replaced_before_returning() -> Result<(), Error> {
     let len = 64 * 1024; // 256 KiB of f32: large enough to be reclaimed eagerly
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));

@@ -227,9 +227,9 @@ impl Report<'_> {
             why: format!(
                 "{}. With one thread, where nothing overlaps, an mvtensor update of 1M f32 took \
                  {} against {} in place ({}), {:.1}x: every write reads the old tensor and \
-                 writes a new one (copy-on-write) into a rotating set of 4 MiB buffers (live \
-                 versions and recycled ones), while the lock's working set (one tensor and the \
-                 delta) stays in this machine's 32 MiB L3. At 4 threads combining merged {} \
+                 writes a new one (copy-on-write; into the buffer the previous pass read from, \
+                 freed before the write returns when no reader holds it), one more 4 MiB stream \
+                 than the lock's add in place. At 4 threads combining merged {} \
                  deltas per pass, so a pass read {} tensors and wrote one instead of 3 per \
                  update; yet the passes moved only {:.1} GB/s against {:.1} GB/s for `c = a + b` \
                  on both cores: a batch of k deltas from k threads is a (k + 2) x 4 MiB working \
@@ -315,16 +315,16 @@ impl Report<'_> {
             met: rs.iter().all(|r| r.1 >= 1.0),
             why: format!(
                 "{:.3}x at worst ({} threads, against {}), i.e. {:.0}x slower. With one thread \
-                 an execution took {} against {} for the best lock: it takes a ticket, stages \
-                 through a `Txn` (a boxed entry, an `Arc` of the base version), allocates a new \
-                 0-d tensor, version and commit record, draws a timestamp from the global clock \
-                 and retires the old version through the epoch, where the lock's body is one \
-                 add. With more threads the FIFO ticket queue convoys: at 8 threads an \
-                 execution took {} ({:.0}x its one-thread cost), because the thread holding \
-                 the next ticket is often descheduled and everyone else must wait for it, \
-                 while a mutex goes to whichever thread is running. (The lock-free \
-                 `fetch_update` counter does {} increments/s at 8 threads, {:.1}x the \
-                 section.)",
+                 an execution took {} against {} for the best lock: it stages through a `Txn` \
+                 (a boxed entry, an `Arc` of the base version), allocates a new 0-d tensor, \
+                 version and commit record, draws a timestamp from the global clock and retires \
+                 the old version through the epoch, where the lock's body is one add. With more \
+                 threads, executions that arrive together run back to back on one thread and \
+                 commit once (a batch), so there is no hand-off between them: at 8 threads an \
+                 execution took {} ({:.1}x its one-thread cost). An unfair lock does better \
+                 still: the running thread takes it again and again with no hand-off at all, \
+                 and its body stays one add. (The lock-free `fetch_update` counter does {} \
+                 increments/s at 8 threads, {:.1}x the section.)",
                 worst.1,
                 worst.0,
                 worst.2.name(),
