@@ -17,9 +17,30 @@
 //!
 //! The record is one `u64` word: `ts << 1 | 1` once committed, `bound << 1` while pending.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use crate::sync::{clock, AtomicU64, Ordering};
 
 const COMMITTED: u64 = 1;
+
+/// A version's commit record: its own, for a write of one variable (no allocation), or
+/// shared with the other versions a critical-section batch commits together.
+#[derive(Debug)]
+pub(crate) enum Record {
+    Own(CommitRecord),
+    Shared(Arc<CommitRecord>),
+}
+
+impl Deref for Record {
+    type Target = CommitRecord;
+    fn deref(&self) -> &CommitRecord {
+        match self {
+            Record::Own(record) => record,
+            Record::Shared(record) => record,
+        }
+    }
+}
 
 /// The commit state of one write. See the module docs.
 #[derive(Debug)]

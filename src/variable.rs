@@ -9,7 +9,7 @@ use crate::combine::{Combiner, Op, Publish};
 use crate::error::{check_shape, Error, Result};
 use crate::head::Head;
 use crate::kernel::{self, Delta, Sign};
-use crate::record::CommitRecord;
+use crate::record::{CommitRecord, Record};
 use crate::running;
 use crate::section::{Claims, Resource};
 use crate::stats::Stats;
@@ -103,7 +103,7 @@ impl<A: Element> VariableBuilder<A> {
         let first = Version::new(
             init,
             0,
-            Arc::new(CommitRecord::committed_now()),
+            Record::Own(CommitRecord::committed_now()),
             Arc::clone(&home),
         );
         Variable {
@@ -363,7 +363,7 @@ impl<A: Element> Variable<A> {
             let new = Arc::new(Version::new(
                 data,
                 current.version.number + 1,
-                Arc::new(CommitRecord::pending()),
+                Record::Own(CommitRecord::pending()),
                 Arc::clone(&inner.home),
             ));
             match inner.head.install(&current, new, guard) {

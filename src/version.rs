@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
-use crate::record::CommitRecord;
+use crate::record::Record;
 use crate::recycle::Recycler;
 use crate::stats::Counters;
 use std::cell::Cell;
@@ -20,8 +20,9 @@ pub(crate) struct Version<A: Element> {
     pub(crate) data: ArrayD<A>,
     /// Grows by one per commit of this variable; the first version is 0.
     pub(crate) number: u64,
-    /// Shared by every version of one write, so that they become visible together.
-    pub(crate) record: Arc<CommitRecord>,
+    /// The version's own, or shared by every version of one critical-section commit, so
+    /// that they become visible together.
+    pub(crate) record: Record,
     /// The version this one replaced, kept reachable (one strong count, from
     /// `Arc::into_raw`) until this one commits: a reader that meets this version pending
     /// falls back to `prev`. The committer (or a helper) swaps it to null and retires it.
@@ -106,12 +107,7 @@ impl<A> Home<A> {
 }
 
 impl<A: Element> Version<A> {
-    pub(crate) fn new(
-        data: ArrayD<A>,
-        number: u64,
-        record: Arc<CommitRecord>,
-        home: Arc<Home<A>>,
-    ) -> Self {
+    pub(crate) fn new(data: ArrayD<A>, number: u64, record: Record, home: Arc<Home<A>>) -> Self {
         home.counters.version_created();
         Self {
             data,

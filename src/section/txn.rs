@@ -4,11 +4,12 @@ use std::any::Any;
 use std::sync::Arc;
 
 use ndarray::ArrayD;
+use smallvec::SmallVec;
 
 use super::Resource;
 use crate::error::{check_shape, Error, Result};
 use crate::kernel::{self, Delta, Sign};
-use crate::record::CommitRecord;
+use crate::record::{CommitRecord, Record};
 use crate::sync::epoch;
 use crate::version::Version;
 use crate::{Element, Variable};
@@ -30,7 +31,8 @@ use crate::{Element, Variable};
 pub struct Txn<'s> {
     section: &'s str,
     resources: &'s [Arc<dyn Resource>],
-    entries: Vec<Box<dyn Entry>>,
+    /// Inline for up to four variables: most executions allocate no list for them.
+    entries: SmallVec<[Box<dyn Entry>; 4]>,
 }
 
 /// One variable the execution touched, type-erased so that resources may mix dtypes.
@@ -71,7 +73,7 @@ impl<'s> Txn<'s> {
         Self {
             section,
             resources,
-            entries: Vec::new(),
+            entries: SmallVec::new(),
         }
     }
 
@@ -251,7 +253,7 @@ impl<A: Element> Entry for TypedEntry<A> {
         let mut new = Arc::new(Version::new(
             data,
             self.base.number + 1,
-            Arc::clone(record),
+            Record::Shared(Arc::clone(record)),
             Arc::clone(&inner.home),
         ));
         loop {
