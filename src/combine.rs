@@ -41,10 +41,9 @@ use smallvec::SmallVec;
 
 use ndarray::ArrayD;
 
+use crate::announce::{Announcements, Linked};
 use crate::kernel::{Delta, Sign};
-use crate::sync::{
-    current_thread, fence, park, AtomicBool, AtomicPtr, AtomicU64, Backoff, Ordering, Thread,
-};
+use crate::sync::{current_thread, fence, park, AtomicU64, Backoff, Ordering, Thread};
 
 /// No outcome yet.
 const WAITING: u64 = 0;
@@ -86,19 +85,23 @@ impl<'d, A> Op<'d, A> {
     }
 }
 
-/// The per-variable combining state.
+impl<A> Linked for Op<'_, A> {
+    fn next(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+}
+
+/// The per-variable combining state: announced operations and the combiner flag. The
+/// `'static` is a lie told to the type system: operations live on their writers' stacks,
+/// valid until their outcome is set.
 pub(crate) struct Combiner<A: 'static> {
-    /// Treiber stack of announced operations. The `'static` is a lie told to the type
-    /// system: operations live on their writers' stacks, valid until their outcome is set.
-    pending: AtomicPtr<Op<'static, A>>,
-    busy: AtomicBool,
+    ops: Announcements<Op<'static, A>>,
 }
 
 impl<A: 'static> Default for Combiner<A> {
     fn default() -> Self {
         Self {
-            pending: AtomicPtr::new(ptr::null_mut()),
-            busy: AtomicBool::new(false),
+            ops: Announcements::default(),
         }
     }
 }
@@ -114,7 +117,7 @@ impl<A: 'static> Combiner<A> {
     /// includes it, or `None` if the writer must apply it on its own.
     pub(crate) fn submit(&self, op: &mut Op<'_, A>, publish: &impl Publish<A>) -> Option<u64> {
         // Uncontended: take the flag and apply our delta with whatever else is pending.
-        if self.try_lock() {
+        if self.ops.try_lock() {
             self.hold(Some(erase(op)), publish);
             // Relaxed: we set it ourselves, in `hold`.
             return decode(op.outcome.load(Ordering::Relaxed));
@@ -123,7 +126,8 @@ impl<A: 'static> Combiner<A> {
         if parks {
             op.waiter = Some(current_thread()); // published with the op by `push`
         }
-        self.push(op);
+        // SAFETY: `op` lives on our stack, and we do not return before its outcome is set.
+        unsafe { self.ops.push(erase(op)) };
         // The writer's half of the Dekker check: every look at the flag below comes after
         // the push in the single SeqCst order (module docs).
         fence(Ordering::SeqCst);
@@ -135,7 +139,7 @@ impl<A: 'static> Combiner<A> {
             if outcome != WAITING {
                 return decode(outcome);
             }
-            if self.try_lock() {
+            if self.ops.try_lock() {
                 self.hold(None, publish);
             } else if !parks {
                 backoff.snooze();
@@ -157,8 +161,7 @@ impl<A: 'static> Combiner<A> {
             let top = loop {
                 self.combine(mine.take(), publish);
                 passes += 1;
-                // Acquire: pairs with the push, so the top op's fields are visible.
-                let top = self.pending.load(Ordering::Acquire);
+                let top = self.ops.newest();
                 if top.is_null() || passes >= PASSES {
                     break top;
                 }
@@ -178,48 +181,17 @@ impl<A: 'static> Combiner<A> {
             drop(flag);
             // None was pending when we looked, but a writer may have pushed since and seen
             // the flag still held: look again now that it is free. The fence is the
-            // combiner's half of the Dekker check; Relaxed: only null-ness matters here, and
-            // a pass that follows swaps with Acquire.
+            // combiner's half of the Dekker check.
             fence(Ordering::SeqCst);
-            if self.pending.load(Ordering::Relaxed).is_null() || !self.try_lock() {
+            if self.ops.looks_empty() || !self.ops.try_lock() {
                 return;
-            }
-        }
-    }
-
-    fn try_lock(&self) -> bool {
-        // Relaxed pre-check: keeps waiters off the line while a combiner works (the Dekker
-        // check orders it with fences). Acquire on success: the previous combiner's pass
-        // happens-before ours.
-        !self.busy.load(Ordering::Relaxed)
-            && self
-                .busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    fn push(&self, op: &mut Op<'_, A>) {
-        let op = erase(op);
-        // Relaxed: the CAS below reloads with Relaxed on failure; only its success publishes.
-        let mut top = self.pending.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `op` is ours until pushed; nobody else can see it yet.
-            unsafe { (*op).next = top };
-            // Release: publishes the op (delta pointer, sign, next, waiter) to the combiner.
-            match self
-                .pending
-                .compare_exchange_weak(top, op, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(current) => top = current,
             }
         }
     }
 
     /// Runs one combining pass; the caller holds the flag.
     fn combine(&self, mine: Option<*mut Op<'static, A>>, publish: &impl Publish<A>) {
-        // Acquire: pairs with each push, so the announced ops are fully visible.
-        let mut first = self.pending.swap(ptr::null_mut(), Ordering::Acquire);
+        let mut first = self.ops.take();
         if let Some(mine) = mine {
             // SAFETY: our own op, never pushed: its link is ours.
             unsafe { (*mine).next = first };
@@ -285,9 +257,8 @@ impl<A: 'static> Drop for Flag<'_, A> {
     fn drop(&mut self) {
         let combiner = self.0;
         if !std::thread::panicking() {
-            // Release: our pass happens-before the next combiner's. `hold` then makes the
-            // combiner's half of the Dekker check.
-            combiner.busy.store(false, Ordering::Release);
+            // `hold` then makes the combiner's half of the Dekker check.
+            combiner.ops.unlock();
             return;
         }
         // A pass panicked, and nobody may be left parked behind us: every op still pending
@@ -295,23 +266,20 @@ impl<A: 'static> Drop for Flag<'_, A> {
         // last look. (If `hold` runs in a destructor during some other unwind, this runs too:
         // "alone" is always a correct outcome.)
         loop {
-            // Acquire: pairs with each push, as in `combine`.
             drop(Finish {
-                first: combiner.pending.swap(ptr::null_mut(), Ordering::Acquire),
+                first: combiner.ops.take(),
                 outcome: ALONE,
             });
-            // Release and fence: as in the normal path and `hold`.
-            combiner.busy.store(false, Ordering::Release);
-            fence(Ordering::SeqCst);
-            // Relaxed: only null-ness matters; the swap above acquires.
-            if combiner.pending.load(Ordering::Relaxed).is_null() || !combiner.try_lock() {
+            combiner.ops.unlock();
+            fence(Ordering::SeqCst); // as in `hold`
+            if combiner.ops.looks_empty() || !combiner.ops.try_lock() {
                 return;
             }
         }
     }
 }
 
-/// Forgets an op's borrow lifetime for the pending stack (see `Combiner::pending`).
+/// Forgets an op's borrow lifetime for the stack (see [`Combiner`]).
 fn erase<A: 'static>(op: &mut Op<'_, A>) -> *mut Op<'static, A> {
     (op as *mut Op<'_, A>).cast()
 }

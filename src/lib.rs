@@ -107,6 +107,7 @@
 
 #![warn(missing_docs)]
 
+mod announce;
 mod combine;
 mod element;
 mod error;

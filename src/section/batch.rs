@@ -8,7 +8,8 @@
 //! worse: 8 threads went from 170 k to 30 k executions/s, every hand-off now a wake-up.)
 //!
 //! So an execution announces itself as a [`Job`] on the section's stack of pending jobs and
-//! races for the section's flag, as dense deltas do in [`combine`](crate::combine). The
+//! races for the section's flag ([`announce`](crate::announce)), as dense deltas do in
+//! [`combine`](crate::combine). The
 //! winner takes the whole stack, takes the resources' tickets once, runs every job in the
 //! order they arrived on one shared [`Txn`] (each sees the writes of those before it; a job
 //! that fails or panics is rolled back to where it began), commits the survivors' writes as
@@ -28,8 +29,9 @@
 use std::ptr;
 
 use super::{SectionInner, Txn};
+use crate::announce::{Announcements, Linked};
 use crate::stats::SectionCounters;
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// Not run yet.
 const WAITING: u64 = 0;
@@ -61,6 +63,12 @@ impl Job {
     }
 }
 
+impl Linked for Job {
+    fn next(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+}
+
 /// Runs the closure behind a job's `data`.
 ///
 /// # Safety
@@ -70,21 +78,11 @@ unsafe fn call<F: FnMut(&mut Txn<'_>) -> bool>(data: *mut (), txn: &mut Txn<'_>)
     unsafe { (*data.cast::<F>())(txn) }
 }
 
-/// A section's pending jobs and the flag of the thread running a batch.
+/// A section's pending jobs, the flag of the thread running a batch, and what batches did.
+#[derive(Default)]
 pub(super) struct Batcher {
-    pending: AtomicPtr<Job>,
-    busy: AtomicBool,
+    jobs: Announcements<Job>,
     pub(super) counters: SectionCounters,
-}
-
-impl Default for Batcher {
-    fn default() -> Self {
-        Self {
-            pending: AtomicPtr::new(ptr::null_mut()),
-            busy: AtomicBool::new(false),
-            counters: SectionCounters::default(),
-        }
-    }
 }
 
 impl SectionInner {
@@ -95,12 +93,14 @@ impl SectionInner {
     /// batch was committed, and this caller is told so.
     pub(super) fn submit(&self, job: &mut Job) {
         let batcher = &self.batcher;
-        let state = if batcher.try_lock() {
+        let state = if batcher.jobs.try_lock() {
             self.run_batch(Some(job));
             // Relaxed: we set it ourselves, in `run_batch`.
             job.state.load(Ordering::Relaxed)
         } else {
-            batcher.push(job);
+            // SAFETY: `job` lives on our caller's stack, and we do not return before a batch
+            // has set its state.
+            unsafe { batcher.jobs.push(job) };
             let mut backoff = Backoff::default();
             loop {
                 // Acquire: pairs with the batch's Release, so its commit (and the job's
@@ -109,7 +109,7 @@ impl SectionInner {
                 if state != WAITING {
                     break state;
                 }
-                if batcher.try_lock() {
+                if batcher.jobs.try_lock() {
                     self.run_batch(None); // our job is on the stack: this batch runs it
                 } else {
                     backoff.snooze();
@@ -128,12 +128,7 @@ impl SectionInner {
     fn run_batch(&self, mine: Option<&mut Job>) {
         let _flag = Flag(&self.batcher);
         let mine: *mut Job = mine.map_or(ptr::null_mut(), |job| job);
-        // Acquire: pairs with each push, so the announced jobs are fully visible.
-        let newest = self
-            .batcher
-            .pending
-            .swap(ptr::null_mut(), Ordering::Acquire);
-        let first = reverse(newest, mine);
+        let first = reverse(self.batcher.jobs.take(), mine);
         // Whatever happens below, every job gets a state, so no caller waits forever.
         let mut finish = Finish {
             first,
@@ -161,36 +156,6 @@ impl SectionInner {
         drop(tickets); // only after the commit: the next holder must see our writes
         self.batcher.counters.batch(size);
         finish.state = DONE;
-    }
-}
-
-impl Batcher {
-    fn try_lock(&self) -> bool {
-        // Relaxed pre-check keeps waiters off the line while a batch runs. Acquire on
-        // success: the previous batch happens-before ours.
-        !self.busy.load(Ordering::Relaxed)
-            && self
-                .busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    fn push(&self, job: &mut Job) {
-        let job: *mut Job = job;
-        // Relaxed: the CAS below reloads with Relaxed on failure; only its success publishes.
-        let mut top = self.pending.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `job` is ours until pushed; nobody else can see it yet.
-            unsafe { (*job).next = top };
-            // Release: publishes the job (closure pointer, next) to the batch's swap.
-            match self
-                .pending
-                .compare_exchange_weak(top, job, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(current) => top = current,
-            }
-        }
     }
 }
 
@@ -236,7 +201,6 @@ struct Flag<'b>(&'b Batcher);
 
 impl Drop for Flag<'_> {
     fn drop(&mut self) {
-        // Release: our batch happens-before the next one's.
-        self.0.busy.store(false, Ordering::Release);
+        self.0.jobs.unlock();
     }
 }
