@@ -6,25 +6,36 @@ use ndarray::{arr0, ArrayD, IxDyn};
 mod common;
 use common::scaled;
 
+/// Runs `write(delta, i)` for `i` in `0..each` on `threads` threads, thread `t` holding a
+/// delta of `t + 1` everywhere in `v`'s shape.
+fn from_every_thread(
+    v: &Variable<i64>,
+    threads: usize,
+    each: usize,
+    write: impl Fn(&ArrayD<i64>, usize) + Sync,
+) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let write = &write;
+            s.spawn(move || {
+                let delta = ArrayD::from_elem(IxDyn(&v.shape()), t as i64 + 1);
+                (0..each).for_each(|i| write(&delta, i));
+            });
+        }
+    });
+}
+
 #[test]
 fn mixed_adds_and_subs_from_many_threads_are_exact() {
     let (threads, each, len) = (scaled(3, 8), scaled(5, 500), scaled(4, 4096));
     let v = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[len])));
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let v = &v;
-            s.spawn(move || {
-                let delta = ArrayD::from_elem(IxDyn(&[len]), t as i64 + 1);
-                for i in 0..each {
-                    let version = if i % 3 == 2 {
-                        v.assign_sub(&delta).unwrap()
-                    } else {
-                        v.assign_add(&delta).unwrap()
-                    };
-                    assert!(version >= 1);
-                }
-            });
-        }
+    from_every_thread(&v, threads, each, |delta, i| {
+        let version = if i % 3 == 2 {
+            v.assign_sub(delta).unwrap()
+        } else {
+            v.assign_add(delta).unwrap()
+        };
+        assert!(version >= 1);
     });
     let adds = (each - each / 3) as i64;
     let subs = (each / 3) as i64;
@@ -47,17 +58,9 @@ fn mixed_adds_and_subs_from_many_threads_are_exact() {
 fn writers_of_large_deltas_park_and_are_all_woken() {
     let (threads, each, len) = (scaled(3, 6), scaled(3, 400), scaled(4, 64 * 1024));
     let v = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[len])));
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let v = &v;
-            s.spawn(move || {
-                let delta = ArrayD::from_elem(IxDyn(&[len]), t as i64 + 1);
-                for _ in 0..each {
-                    let version = v.assign_add(&delta).unwrap();
-                    assert!(v.version() >= version, "the caller's version is visible");
-                }
-            });
-        }
+    from_every_thread(&v, threads, each, |delta, _| {
+        let version = v.assign_add(delta).unwrap();
+        assert!(v.version() >= version, "the caller's version is visible");
     });
     let expected = (1..=threads as i64).sum::<i64>() * each as i64;
     assert!(v.read().iter().all(|&x| x == expected));
