@@ -15,6 +15,12 @@ pub enum DType {
     I32,
     /// `i64`
     I64,
+    /// IEEE half precision, [`half::f16`] (with the `half` feature, on by default)
+    #[cfg(feature = "half")]
+    F16,
+    /// bfloat16, [`half::bf16`] (with the `half` feature, on by default)
+    #[cfg(feature = "half")]
+    BF16,
 }
 
 impl fmt::Display for DType {
@@ -24,11 +30,17 @@ impl fmt::Display for DType {
             DType::F64 => "f64",
             DType::I32 => "i32",
             DType::I64 => "i64",
+            #[cfg(feature = "half")]
+            DType::F16 => "f16",
+            #[cfg(feature = "half")]
+            DType::BF16 => "bf16",
         })
     }
 }
 
-/// A tensor element type: `f32`, `f64`, `i32` or `i64`.
+/// A tensor element type: `f32`, `f64`, `i32` or `i64`; and, with the `half` feature (on by
+/// default), [`half::f16`] and [`half::bf16`], whose arithmetic rounds through `f32` as the
+/// `half` crate's operators do.
 ///
 /// The trait is sealed: the store relies on each element type having exactly one [`DType`].
 /// Integer arithmetic wraps on overflow (as TensorFlow's integer kernels do) instead of
@@ -84,5 +96,9 @@ macro_rules! int {
 
 float!(f32, F32);
 float!(f64, F64);
+#[cfg(feature = "half")]
+float!(half::f16, F16);
+#[cfg(feature = "half")]
+float!(half::bf16, BF16);
 int!(i32, I32);
 int!(i64, I64);

@@ -136,6 +136,11 @@ pub use variable::{Variable, VariableBuilder};
 /// Re-exported so that users name the same `ndarray` version as mvtensor.
 pub use ndarray;
 
+/// Re-exported (with the `half` feature, on by default) for the [`f16`](half::f16) and
+/// [`bf16`](half::bf16) element types.
+#[cfg(feature = "half")]
+pub use half;
+
 /// The README's examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
