@@ -28,7 +28,9 @@
 //!   operation.
 //!
 //! The operation lives on its writer's stack: the writer does not return before its outcome
-//! is set, and setting the outcome is the combiner's last access to it.
+//! is set, and setting the outcome is the combiner's last access to it. (The unpark that
+//! follows may reach a writer that has already returned: it leaves a token, and that
+//! thread's next `std::thread::park` returns at once, which std allows as a spurious wake.)
 //!
 //! Progress: readers never notice. Delta writers may wait for a combiner that holds their
 //! delta; if that combiner is descheduled they wait with it (combining trades lock-freedom

@@ -97,14 +97,15 @@ pub enum Error {
         requested: &'static str,
     },
 
-    /// `execute` was called from inside an execution on the same thread, or a queued
-    /// resource was written directly from inside an execution. Waiting would deadlock.
+    /// `execute` was called, or a queued resource was written directly, from a thread that
+    /// holds tickets: inside an execution, or inside the `update` closure of a queued
+    /// variable. Waiting would deadlock.
     #[error(
-        "re-entrant call from inside an execution of section `{running}`: {attempted} \
+        "re-entrant call from inside {running}: {attempted} \
          (it would wait on itself; use the Txn for writes inside an execution)"
     )]
     Reentrant {
-        /// The section this thread is executing in.
+        /// What this thread is inside, e.g. "an execution of section `optimizer`".
         running: String,
         /// What was attempted.
         attempted: String,

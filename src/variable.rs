@@ -10,7 +10,7 @@ use crate::error::{check_shape, Error, Result};
 use crate::head::Head;
 use crate::kernel::{self, Delta, Sign};
 use crate::record::{CommitRecord, Record};
-use crate::running;
+use crate::running::{self, Inside, Running};
 use crate::section::{Claims, Resource};
 use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
@@ -291,7 +291,9 @@ impl<A: Element> Variable<A> {
         }
         check_shape(self.name(), &self.inner.shape, delta.shape())?;
         let mut op = Op::new(delta, sign);
-        match self.inner.combiner.submit(&mut op, self) {
+        let combined = self.inner.combiner.submit(&mut op, self);
+        reclaim_retired(); // what this thread's passes (if it combined) replaced
+        match combined {
             Some(version) => Ok(version),
             None => self.apply_delta_alone(delta, sign),
         }
@@ -359,6 +361,14 @@ impl<A: Element> Variable<A> {
                 continue; // reload: the previous ticket holder has committed
             }
             current.settle(guard); // free, or we hold the ticket: see `Current::settle`
+                                   // Holding the ticket, `make` (an `update` closure) must not wait for another.
+            let _inside = match ticket {
+                Some(_) => Some(Running::enter(
+                    Inside::QueuedUpdate(Arc::clone(&inner.name)),
+                    || format!("an update of `{}`", self.name()), // not reached: checked above
+                )?),
+                None => None,
+            };
             let data = make(current.version.get(), &mut spare)?;
             let new = Arc::new(Version::new(
                 data,
@@ -385,8 +395,10 @@ impl<A: Element> Variable<A> {
 /// A combining pass publishes through the variable's normal write path.
 impl<A: Element> Publish<A> for Variable<A> {
     fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
-        let version = self
-            .write_now(None, |cur, _| {
+        // No `write_now`: the caller reclaims after letting go of the combiner flag
+        // (`apply_delta`), so that waiters do not wait for it.
+        let (_, version) = self
+            .write(&epoch::pin(), None, |cur, _| {
                 let out = self.inner.home.buffer(cur.data.len());
                 Ok(kernel::apply(&cur.data, deltas, out))
             })

@@ -276,9 +276,8 @@ fn nested_execution_is_refused_at_once_and_the_outer_one_commits() {
     outer
         .execute(|tx| {
             let same = outer.execute(|_| Ok::<_, Error>(()));
-            assert!(
-                matches!(same, Err(Error::Reentrant { ref running, .. }) if running == "outer")
-            );
+            assert!(matches!(same, Err(Error::Reentrant { ref running, .. })
+                    if running == "an execution of section `outer`"));
             let different = other.execute(|_| Ok::<_, Error>(()));
             assert!(matches!(different, Err(Error::Reentrant { .. })));
             // A direct write to a queued variable would wait on our own ticket.
@@ -296,6 +295,87 @@ fn nested_execution_is_refused_at_once_and_the_outer_one_commits() {
         .execute(|_| free.assign_add(&arr0(1.0).into_dyn()))
         .unwrap();
     assert_eq!(free.read()[[]], 1.0);
+}
+
+/// A variable outside the section is read as it is when an execution first reads it, also
+/// when executions run as a batch: each one here sees the direct writes of those before it,
+/// so the values seen are all distinct, as if they had run one by one.
+#[test]
+fn batched_executions_read_outside_variables_afresh() {
+    let (threads, each) = (scaled(2, 8), scaled(4, 200));
+    let inside = scalar(0.0);
+    let outside = scalar(0.0); // free: written directly from inside the executions
+    let cs = CriticalSection::builder()
+        .resource(&inside)
+        .build()
+        .unwrap();
+    let seen: Vec<f64> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..each)
+                        .map(|_| {
+                            cs.execute(|tx| {
+                                let seen = tx.read(&outside)[[]];
+                                outside.assign_add(&arr0(1.0).into_dyn())?;
+                                tx.assign_add(&inside, &arr0(1.0).into_dyn())?;
+                                Ok::<_, Error>(seen)
+                            })
+                            .unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let distinct: BTreeSet<u64> = seen.iter().map(|&x| x as u64).collect();
+    assert_eq!(
+        distinct.len(),
+        threads * each,
+        "two executions saw the same value"
+    );
+    assert_eq!(inside.read()[[]], (threads * each) as f64);
+    eprintln!("{:?}", cs.stats());
+}
+
+/// The closure of `update` on a queued variable runs while the write holds that variable's
+/// ticket. Starting an execution or writing a queued variable from there would wait on a
+/// ticket while holding one (a deadlock if the other side waits for ours): refused at once.
+#[test]
+fn an_update_closure_holding_a_ticket_may_not_wait_for_another() {
+    let v = Variable::builder(arr0(0.0f64).into_dyn()).name("v").build();
+    let w = scalar(0.0);
+    let cs = CriticalSection::builder()
+        .name("both")
+        .resource(&v)
+        .resource(&w)
+        .build()
+        .unwrap();
+    let free = scalar(0.0);
+    v.update(|x| {
+        let nested = cs.execute(|_| Ok::<_, Error>(()));
+        assert!(
+            matches!(&nested, Err(Error::Reentrant { running, .. }) if running.contains("`v`")),
+            "{nested:?}"
+        );
+        let queued = w.assign_add(&arr0(1.0).into_dyn());
+        assert!(matches!(queued, Err(Error::Reentrant { .. })), "{queued:?}");
+        free.assign_add(&arr0(1.0).into_dyn()).unwrap(); // no ticket: allowed
+        x + 1.0
+    })
+    .unwrap();
+    assert_eq!(
+        (v.read()[[]], w.read()[[]], free.read()[[]]),
+        (1.0, 0.0, 1.0)
+    );
+    // Outside the closure, all is usable again.
+    cs.execute(|tx| tx.assign_add(&w, &arr0(2.0).into_dyn()))
+        .unwrap();
+    assert_eq!(w.read()[[]], 2.0);
 }
 
 #[test]

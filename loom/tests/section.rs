@@ -135,3 +135,34 @@ fn an_execution_becomes_visible_all_at_once() {
         assert_eq!((a.read()[[]], b.read()[[]]), (7, 3));
     });
 }
+
+/// Two executions that each read a variable outside the section, then write it directly:
+/// batched or not, the second sees the first one's write (the batch reads it afresh).
+#[test]
+fn a_batch_reads_outside_variables_afresh() {
+    run_model("a_batch_reads_outside_variables_afresh", || {
+        let inside = scalar(0);
+        let outside = scalar(0);
+        let cs = CriticalSection::builder()
+            .resource(&inside)
+            .build()
+            .unwrap();
+        let step = |cs: &CriticalSection, inside: &Variable<i64>, outside: &Variable<i64>| {
+            cs.execute(|tx| {
+                let seen = tx.read(outside)[[]];
+                outside.assign_add(&value(1))?;
+                tx.assign_add(inside, &value(1))?;
+                Ok::<_, Error>(seen)
+            })
+            .unwrap()
+        };
+        let other = {
+            let (cs, inside, outside) = (cs.clone(), inside.clone(), outside.clone());
+            thread::spawn(move || step(&cs, &inside, &outside))
+        };
+        let mine = step(&cs, &inside, &outside);
+        let theirs = other.join().unwrap();
+        assert_eq!(mine + theirs, 1, "saw 0 and 1, once each");
+        assert_eq!((inside.read()[[]], outside.read()[[]]), (2, 2));
+    });
+}

@@ -30,7 +30,7 @@ pub(crate) use claims::Claims;
 pub use txn::Txn;
 
 use crate::error::Error;
-use crate::running::Running;
+use crate::running::{Inside, Running};
 use crate::stats::SectionStats;
 use crate::sync::next_id;
 use crate::ticket::{Ticket, TicketQueue};
@@ -209,8 +209,13 @@ impl CriticalSection {
     /// thread, in arrival order, and committed at once (`docs/design.md`, "Batches": it is
     /// what keeps tiny executions from queueing behind the scheduler). So `f` may run on
     /// another thread than the caller's, which is why it and its result must be `Send`; each
-    /// execution still sees exactly the writes of those before it, and a variable's version
-    /// number grows by one per batch, not per execution.
+    /// execution still sees exactly the writes of those before it (and reads variables
+    /// outside the section afresh), and a variable's version number grows by one per batch,
+    /// not per execution. A panic in `f` reaches this caller, but the panic hook (the message
+    /// on stderr) runs on the thread that ran the batch. First come, first served holds
+    /// between batches and between the tickets of batches and plain writes; a plain write
+    /// that arrives while a batch is forming may be served before it (never more than once:
+    /// nobody starves).
     ///
     /// # Errors
     /// `f`'s own error; or [`Error::Reentrant`] (converted into `E`) at once if this thread
@@ -222,7 +227,9 @@ impl CriticalSection {
         E: From<Error> + Send,
     {
         let inner = &*self.inner;
-        let _running = Running::enter(&inner.name)?;
+        let _running = Running::enter(Inside::Execution(Arc::clone(&inner.name)), || {
+            format!("execute on section `{}`", inner.name)
+        })?;
         let mut f = Some(f);
         let mut outcome = None;
         {

@@ -39,8 +39,14 @@ pub struct Txn<'s> {
 trait Entry: Send {
     fn id(&self) -> u64;
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// Whether the variable is one of the section's resources.
+    fn is_resource(&self) -> bool;
     /// An execution begins: forget the previous one's checkpoint.
     fn begin(&mut self);
+    /// Before any install: panics unless the head is still the version the execution built
+    /// on (settling a slipped-in free write first), so that a broken invariant stops the
+    /// commit before anything is installed.
+    fn check(&self, guard: &epoch::Guard);
     /// The execution failed: restore the staged value it began with.
     fn rollback(&mut self);
     /// Publishes the staged value with the shared pending `record`; false if nothing staged.
@@ -51,6 +57,7 @@ trait Entry: Send {
 
 struct TypedEntry<A: Element> {
     variable: Variable<A>,
+    resource: bool,
     /// The version the execution read; for a resource, the head until we commit.
     base: Arc<Version<A>>,
     staged: Option<ArrayD<A>>,
@@ -173,7 +180,8 @@ impl<'s> Txn<'s> {
                 // A resource's head is ours until we commit: `current` helps a lock-free write
                 // that slipped in before the section claimed the variable, so that we build on
                 // it. Any other variable is read as it is now.
-                let base = if self.check_resource(variable).is_ok() {
+                let resource = self.check_resource(variable).is_ok();
+                let base = if resource {
                     let current = variable.inner.head.current(&guard);
                     current.settle(&guard); // we hold the ticket
                     current.version
@@ -182,6 +190,7 @@ impl<'s> Txn<'s> {
                 };
                 self.entries.push(Box::new(TypedEntry {
                     variable: variable.clone(),
+                    resource,
                     base: base.to_arc(),
                     staged: None,
                     checkpoint: None,
@@ -196,8 +205,10 @@ impl<'s> Txn<'s> {
             .expect("one id, one variable, one element type")
     }
 
-    /// Starts the next execution of a batch: its writes are what a rollback undoes.
+    /// Starts the next execution of a batch: its writes are what a rollback undoes, and it
+    /// reads variables outside the section afresh (as it would, run on its own).
     pub(super) fn begin(&mut self) {
+        self.entries.retain(|e| e.is_resource()); // the others never stage anything
         self.entries.iter_mut().for_each(|e| e.begin());
     }
 
@@ -208,9 +219,12 @@ impl<'s> Txn<'s> {
 
     /// Installs every staged write with one pending record, commits the record (the moment
     /// they all become visible), then retires what they replaced. The caller holds the
-    /// tickets of every resource, so the installs cannot lose a race.
+    /// tickets of every resource, so the installs cannot lose a race; every head is checked
+    /// before the first install all the same, so that not even a broken invariant can leave
+    /// half a commit installed.
     pub(super) fn commit(mut self) {
         let guard = epoch::pin();
+        self.entries.iter().for_each(|e| e.check(&guard));
         let record = Arc::new(CommitRecord::pending());
         let mut any = false;
         for entry in &mut self.entries {
@@ -235,8 +249,24 @@ impl<A: Element> Entry for TypedEntry<A> {
         self
     }
 
+    fn is_resource(&self) -> bool {
+        self.resource
+    }
+
     fn begin(&mut self) {
         self.checkpoint = None;
+    }
+
+    fn check(&self, guard: &epoch::Guard) {
+        if self.staged.is_none() {
+            return;
+        }
+        let current = self.variable.inner.head.current(guard);
+        current.settle(guard); // we hold the ticket: only a slipped-in free write
+        assert!(
+            std::ptr::eq(current.version.as_ptr(), Arc::as_ptr(&self.base)),
+            "a queued variable changed while its tickets were held"
+        );
     }
 
     fn rollback(&mut self) {
@@ -258,11 +288,11 @@ impl<A: Element> Entry for TypedEntry<A> {
         ));
         loop {
             let current = inner.head.current(guard);
-            current.settle(guard); // we hold the ticket: only a slipped-in free write
-            assert!(
-                std::ptr::eq(current.version.as_ptr(), Arc::as_ptr(&self.base)),
-                "a queued variable changed while its tickets were held"
-            );
+            // `check` saw the base settled at the head, and only we may change it now.
+            debug_assert!(std::ptr::eq(
+                current.version.as_ptr(),
+                Arc::as_ptr(&self.base)
+            ));
             match inner.head.install(&current, new, guard) {
                 Ok(installed) => {
                     self.installed = Some(installed.to_arc());
