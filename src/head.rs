@@ -144,19 +144,29 @@ impl<A: Element> Head<A> {
 
     /// Marks or unmarks the head as queued (see the module docs). Returns whether it changed.
     pub(crate) fn set_queued(&self, queued: bool) -> bool {
-        // AcqRel: the mark must be ordered with the claim bookkeeping around it, and a failed
-        // lock-free CAS that observes it must see the claim.
-        let old = self
-            .ptr
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
-                let want = if queued {
-                    p.addr() | QUEUED
-                } else {
-                    p.addr() & !QUEUED
-                };
-                (want != p.addr()).then(|| p.with_addr(want))
-            });
-        old.is_ok()
+        // Acquire on loads: as with any head load, and to see the claim bookkeeping of the
+        // last marker. AcqRel on success: the mark must be ordered with the claim bookkeeping
+        // around it, and a failed lock-free CAS that observes it must see the claim.
+        let mut p = self.ptr.load(Ordering::Acquire);
+        loop {
+            let want = if queued {
+                p.addr() | QUEUED
+            } else {
+                p.addr() & !QUEUED
+            };
+            if want == p.addr() {
+                return false;
+            }
+            match self.ptr.compare_exchange_weak(
+                p,
+                p.with_addr(want),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => p = now,
+            }
+        }
     }
 
     /// The newest version, committed or not.
