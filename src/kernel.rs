@@ -3,7 +3,12 @@
 //! Memory bandwidth is the limit for dense updates, so the pass reads the base and each
 //! delta once and writes the result once, chunk by chunk (a chunk stays in L1 while every
 //! delta is added to it). Combining k deltas therefore costs k + 2 tensor-sized transfers,
-//! where k separate updates would cost 3k. Large tensors are split across rayon's pool.
+//! where k separate updates would cost 3k.
+//!
+//! The pass runs on the calling thread only. It used to split large tensors across rayon's
+//! global pool, which deadlocked when the pool's own threads were writers waiting for the pass
+//! (the pass waited for the pool, the pool for the pass): whatever runs a pass must never wait
+//! for a thread that may be waiting for it (`docs/design.md`, §9, "Who waits for whom").
 
 use std::mem::MaybeUninit;
 
@@ -27,14 +32,6 @@ pub(crate) struct Delta<'a, A> {
 
 /// Elements per chunk: 16 KiB of f32, small enough to stay in L1 across all deltas.
 const CHUNK: usize = 4096;
-
-/// Tensors at least this long (4 MiB of f32) are summed in parallel on rayon's pool. Below
-/// it, waking the pool costs more than it saves (measured on 2 cores: a 1 MiB pass took 140 us
-/// split, 41 us not).
-pub(crate) const PARALLEL_THRESHOLD: usize = 1 << 20;
-
-/// Chunks per rayon task: 64K elements, so a task is worth stealing.
-const CHUNKS_PER_TASK: usize = 16;
 
 /// Returns `base ± deltas`, in standard (row-major) layout, written into `out` (an empty
 /// buffer, recycled or new: see [`Recycler`](crate::recycle::Recycler)). All shapes must be
@@ -71,19 +68,8 @@ pub(crate) fn apply<A: Element>(
     out.clear();
     out.reserve(n);
     let spare = &mut out.spare_capacity_mut()[..n];
-    let fill = |(i, chunk): (usize, &mut [MaybeUninit<A>])| {
-        let start = i * CHUNK;
-        fill_chunk(chunk, start, base_s, &delta_s);
-    };
-    if parallel(n) {
-        use rayon::prelude::*;
-        spare
-            .par_chunks_mut(CHUNK)
-            .with_min_len(CHUNKS_PER_TASK)
-            .enumerate()
-            .for_each(fill);
-    } else {
-        spare.chunks_mut(CHUNK).enumerate().for_each(fill);
+    for (i, chunk) in spare.chunks_mut(CHUNK).enumerate() {
+        fill_chunk(chunk, i * CHUNK, base_s, &delta_s);
     }
     // SAFETY: `fill_chunk` wrote every element of every chunk of `spare`, i.e. `out[..n]`.
     unsafe { out.set_len(n) };
@@ -139,10 +125,6 @@ fn contiguous<'a, A>(array: &'a CowArray<'_, A, IxDyn>) -> &'a [A] {
     array
         .as_slice()
         .expect("as_standard_layout returns a contiguous array")
-}
-
-fn parallel(len: usize) -> bool {
-    !cfg!(any(loom, miri)) && len >= PARALLEL_THRESHOLD
 }
 
 /// `value` in standard layout, without a copy when it already is.

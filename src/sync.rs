@@ -3,8 +3,8 @@
 //! Every other module imports its synchronisation primitives from here, so that a build with
 //! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom"` swaps all of them for loom's model-checked
 //! versions at once (crossbeam-epoch follows through its own `loom` feature). Tensor payloads
-//! (ndarray) and data-parallel passes (rayon) contain no synchronisation of ours, so the models
-//! in `loom/` drive the real protocols on tiny scalar tensors.
+//! (ndarray) contain no synchronisation of ours, so the models in `loom/` drive the real
+//! protocols on tiny scalar tensors.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};

@@ -158,9 +158,8 @@ const METHOD: &str = r#"
   transfers keep the total and add up.
 * The locks update in place (`*guard += delta`), the best case for them. arc-swap builds
   `current + delta` in one pass (its best "clone, then add") and retries on a lost
-  `compare_and_swap`. mvtensor is `Variable::new` with default settings; its dense kernel
-  splits passes over 1M elements or more across rayon's pool, the others use one thread per
-  update.
+  `compare_and_swap`. mvtensor is `Variable::new` with default settings; every pass runs on
+  the thread that combines it (no rayon pool: see `docs/design.md`, §9, "Who waits for whom").
 * Ratios compare medians from the same run. The machine is shared, and short runs are
   noisy: a ratio within ~10% of 1.00x is a tie.
 * Memory runs in one fresh process per variant so that one variant's freed memory cannot

@@ -71,7 +71,7 @@ fn progress(started: Instant, what: &str) {
 }
 
 pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
-    // Warm up: rayon's pool (mvtensor splits 1M-element passes over it), the allocator.
+    // Warm up: the allocator and the caches.
     for variant in Variant::ALL {
         variant.visit(DenseRun {
             workload: Dense::WriteHeavy,
