@@ -79,21 +79,28 @@ impl<A: Element> Head<A> {
         unsafe { Pinned::new(prev) }
     }
 
-    /// The version a snapshot at clock value `at` sees, or `None` if writes since `at` have
-    /// already unlinked it (the snapshot then retries at a newer clock value).
-    pub(crate) fn visible_at<'g>(&self, at: u64, guard: &'g epoch::Guard) -> Option<Pinned<'g, A>> {
-        let newest = self.newest(guard);
-        if newest.record.visible_at(at) {
-            return Some(newest);
+    /// The version a snapshot at clock value `at` sees: the newest one committed at or before
+    /// `at`, found by walking the `prev` links that writers keep while the snapshot is in
+    /// progress (see [`horizon`](crate::horizon)). Its work is the walk: at most one step
+    /// per snapshot that ticked the clock since `at`, whatever writers do meanwhile.
+    pub(crate) fn visible_at<'g>(&self, at: u64, guard: &'g epoch::Guard) -> At<'g, A> {
+        let mut version = self.newest_for_snapshot(guard);
+        loop {
+            if version.record.visible_at(at) {
+                return At::Version(version);
+            }
+            if version.number == 0 {
+                return At::NotYetCreated; // the variable's creation is after `at`
+            }
+            // Acquire: pairs with the Release of the store (install or relink) that set it.
+            let prev = version.prev.load(Ordering::Acquire);
+            if prev.is_null() {
+                return At::Unlinked;
+            }
+            // SAFETY: `prev` holds a count from `into_raw`, and it was reachable from the head
+            // while we are pinned, so its retirement (if any) waits for our pin.
+            version = unsafe { Pinned::new(prev) };
         }
-        // Acquire: as in `visible`.
-        let prev = newest.prev.load(Ordering::Acquire);
-        if prev.is_null() {
-            return None;
-        }
-        // SAFETY: as in `visible`: a count from `into_raw`, reachable from the head while pinned.
-        let prev = unsafe { Pinned::new(prev) };
-        prev.record.visible_at(at).then_some(prev)
     }
 
     /// Loads the head for a write. The version may be pending; see [`Current::settle`].
@@ -177,6 +184,30 @@ impl<A: Element> Head<A> {
         // replaced head waits for every thread pinned now, `_guard`'s thread included.
         unsafe { Pinned::new(untag(raw)) }
     }
+
+    /// The newest version, read for a store snapshot by a read-modify-write that changes
+    /// nothing. Commits only *read* the clock, so a plain load here could miss an install
+    /// that happened before a commit the snapshot sees elsewhere (two stores, two loads: the
+    /// store-buffering pattern). An RMW reads the latest head; and if it comes first, the
+    /// writer's install reads from it, which orders the snapshot's tick before the writer's
+    /// clock read, so that write's timestamp is past the snapshot.
+    fn newest_for_snapshot<'g>(&self, _guard: &'g epoch::Guard) -> Pinned<'g, A> {
+        // AcqRel: Acquire as in `newest`; Release is what the installing CAS synchronises with.
+        let raw = crate::sync::read_for_update(&self.ptr, Ordering::AcqRel);
+        // SAFETY: as in `newest`.
+        unsafe { Pinned::new(untag(raw)) }
+    }
+}
+
+/// What a snapshot finds on a variable.
+pub(crate) enum At<'g, A: Element> {
+    /// The version it shows.
+    Version(Pinned<'g, A>),
+    /// The variable was created after the snapshot's clock value.
+    NotYetCreated,
+    /// The version was unlinked: a broken invariant (writers keep it while the snapshot is
+    /// registered in the horizon); the snapshot retries at a newer clock value.
+    Unlinked,
 }
 
 impl<A: Element> Drop for Head<A> {

@@ -112,6 +112,7 @@ mod combine;
 mod element;
 mod error;
 mod head;
+mod horizon;
 mod kernel;
 mod record;
 mod recycle;

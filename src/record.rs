@@ -2,18 +2,22 @@
 //!
 //! Every version points to the commit record of the write that made it. A write (one
 //! variable, or every variable of a critical-section execution) first *installs* its new
-//! versions with a *pending* record, then *commits* the record by drawing a timestamp from
-//! the global clock. A version is visible exactly when its record is committed; one record
-//! shared by several versions makes them visible together.
+//! versions with a *pending* record, then *commits* the record with a timestamp read from the
+//! global clock. A version is visible exactly when its record is committed; one record shared
+//! by several versions makes them visible together.
 //!
-//! A store snapshot at clock value `S` shows the writes committed at `ts <= S`. A writer
-//! preempted between installing and committing must not stall the snapshot, and the snapshot
-//! must not count the write as "not yet" on one variable and "already" on another. So a
-//! reader that meets a pending record *bumps* it: it records a lower bound `S + 1` on the
-//! record's timestamp, and moves on without waiting. The committing writer honours the bound
-//! (it draws a fresh timestamp, which is necessarily larger, whenever the record moved under
-//! it). Either way the record's final timestamp is `<= S` only if every reader at `S` saw it
-//! committed.
+//! Only store snapshots move the clock: a snapshot *ticks* it (`S = clock++`) and shows the
+//! writes whose timestamp is `<= S`. A commit only *reads* it, so a write of one variable
+//! writes no shared cache line but its own head and record, and timestamps are equal for the
+//! commits made between two snapshots. (Every commit ticked the clock before: two threads
+//! writing two different variables then fought over its cache line on every write.)
+//!
+//! A writer preempted between installing and committing must not stall a snapshot, and the
+//! snapshot must not count the write as "not yet" on one variable and "already" on another.
+//! So a snapshot that meets a pending record *bumps* it: it records a lower bound `S + 1` on
+//! the record's timestamp, and moves on without waiting. The committer honours the bound: it
+//! reads the clock again, which the snapshot ticked past `S` before bumping. Either way the
+//! record's final timestamp is `<= S` only if every snapshot at `S` saw it committed.
 //!
 //! The record is one `u64` word: `ts << 1 | 1` once committed, `bound << 1` while pending.
 
@@ -58,9 +62,8 @@ impl CommitRecord {
 
     /// A record committed now (a variable's first version).
     pub(crate) fn committed_now() -> Self {
-        // AcqRel: the tick must be ordered after anything this thread did before (Release
-        // side of the clock's release sequence) like every other tick; see `commit`.
-        let ts = clock().fetch_add(1, Ordering::AcqRel) + 1;
+        // Acquire: as in `commit`.
+        let ts = clock().load(Ordering::Acquire);
         Self {
             word: AtomicU64::new(ts << 1 | COMMITTED),
         }
@@ -83,24 +86,20 @@ impl CommitRecord {
     /// Only call this once every version carrying the record is installed: committing is
     /// what makes them visible, all at once.
     pub(crate) fn commit(&self) -> u64 {
-        let mut ts = 0;
-        // Acquire: a reader's bump (Release) happens-before this load, so the clock tick
-        // below is ordered after that reader's read of the clock and is larger than it.
+        // Acquire: a snapshot's bump (Release) happens-before this load, and so does its tick,
+        // so the clock read below is past that snapshot's value.
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if word & COMMITTED != 0 {
                 return word >> 1;
             }
-            let bound = word >> 1;
-            if ts < bound.max(1) {
-                // AcqRel: Release publishes every install made before this tick to a reader
-                // that sees the clock at or past it (the clock is only ever RMW'd, so any
-                // later value carries this release); Acquire orders it after the bump seen.
-                ts = clock().fetch_add(1, Ordering::AcqRel) + 1;
-                debug_assert!(ts >= bound, "a bump is always below the next tick");
-            }
+            // Acquire: synchronises with the tick of every snapshot whose value we read past,
+            // so that its registration in the horizon is visible to our `release_prev`
+            // (`horizon` module docs).
+            let ts = clock().load(Ordering::Acquire);
+            debug_assert!(ts >= word >> 1, "a bump is never past the clock");
             // AcqRel on success: Release publishes the installs to whoever sees the record
-            // committed. Acquire on failure: we may have met a bump and must re-read it.
+            // committed. Acquire on failure: we may have met a bump and must re-read the clock.
             match self.word.compare_exchange_weak(
                 word,
                 ts << 1 | COMMITTED,
@@ -125,7 +124,7 @@ impl CommitRecord {
             if word >> 1 > at {
                 return false; // another reader already bumped it past us
             }
-            // AcqRel: Release orders our clock read before the committer's next tick (see
+            // AcqRel: Release orders our tick before the committer's next clock read (see
             // `commit`); Acquire on failure to re-read a commit or a larger bump.
             match self.word.compare_exchange_weak(
                 word,
@@ -140,11 +139,12 @@ impl CommitRecord {
     }
 }
 
-/// The clock value a snapshot reads: every write committed at or before it is visible.
-pub(crate) fn now() -> u64 {
-    // Acquire: synchronises with the release sequence of every tick up to the value read,
-    // so the versions installed before those ticks are visible to the snapshot's loads.
-    clock().load(Ordering::Acquire)
+/// Ticks the clock for a store snapshot and returns its value `S`: every write committed
+/// before the tick has a timestamp `<= S`, every write committed after it one `> S`.
+pub(crate) fn tick() -> u64 {
+    // AcqRel: Acquire synchronises with earlier ticks; Release publishes the snapshot's
+    // registration in the horizon to every commit that reads the clock past `S`.
+    clock().fetch_add(1, Ordering::AcqRel)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -159,13 +159,22 @@ mod tests {
         assert_eq!(a.commit(), ts);
         assert_eq!(a.timestamp(), Some(ts));
         let b = CommitRecord::pending();
-        assert!(b.commit() > ts);
+        assert!(
+            b.commit() >= ts,
+            "commits between two snapshots share a timestamp"
+        );
+        let at = tick();
+        assert!(at >= ts);
+        assert!(
+            CommitRecord::pending().commit() > at,
+            "a commit after a tick is after it"
+        );
     }
 
     #[test]
     fn a_bumped_record_commits_after_the_snapshot() {
         let r = CommitRecord::pending();
-        let at = now();
+        let at = tick();
         assert!(!r.visible_at(at));
         let ts = r.commit();
         assert!(ts > at, "bumped to {}, committed at {ts}", at + 1);

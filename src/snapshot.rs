@@ -54,7 +54,10 @@ impl<A: Element> Snapshot<A> {
         self.get().number
     }
 
-    /// The commit timestamp on the global commit clock (comparable across variables).
+    /// The commit timestamp: the global clock's value when this version committed. Only
+    /// store snapshots move the clock, so the commits between two store snapshots share a
+    /// timestamp, and a version is in a store snapshot exactly when its timestamp is at most
+    /// the snapshot's [`StoreSnapshot::timestamp`](crate::StoreSnapshot::timestamp).
     pub fn timestamp(&self) -> u64 {
         self.get().timestamp()
     }
@@ -117,7 +120,7 @@ impl<A: Element> OwnedSnapshot<A> {
         self.version.number
     }
 
-    /// The commit timestamp on the global commit clock.
+    /// The commit timestamp (see [`Snapshot::timestamp`]).
     pub fn timestamp(&self) -> u64 {
         self.version.timestamp()
     }

@@ -82,8 +82,9 @@ pub(crate) fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The global commit clock. Every commit, of any variable in any store, draws its timestamp
-/// here, so one clock orders all writes and a store snapshot is a cut through that order.
+/// The global commit clock. Store snapshots tick it; every commit, of any variable in any
+/// store, reads its timestamp here, so a store snapshot is a cut through the commit order
+/// (see [`record`](crate::record)).
 #[cfg(not(loom))]
 pub(crate) fn clock() -> &'static AtomicU64 {
     static CLOCK: AtomicU64 = AtomicU64::new(1);
@@ -96,6 +97,23 @@ pub(crate) fn clock() -> &'static AtomicU64 {
         static ref CLOCK: AtomicU64 = AtomicU64::new(1);
     }
     &CLOCK
+}
+
+/// Reads `ptr` with a read-modify-write that leaves it unchanged: the latest value in its
+/// modification order, and a write that later CASes `ptr` synchronises with this read.
+pub(crate) fn read_for_update<T>(ptr: &AtomicPtr<T>, order: Ordering) -> *mut T {
+    #[cfg(not(loom))]
+    return ptr.fetch_or(0, order);
+    #[cfg(loom)] // loom's AtomicPtr has no `fetch_or`: the same RMW as a CAS loop
+    {
+        let mut current = ptr.load(Ordering::Relaxed);
+        loop {
+            match ptr.compare_exchange(current, current, order, Ordering::Relaxed) {
+                Ok(read) => return read,
+                Err(now) => current = now,
+            }
+        }
+    }
 }
 
 /// Rarely-replaced shared state (a store's registry): readers load an `Arc` without locking

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
+use crate::horizon::{self, Oldest};
 use crate::record::Record;
 use crate::recycle::Recycler;
 use crate::stats::Counters;
@@ -123,12 +124,89 @@ impl<A: Element> Version<A> {
         self.record.timestamp().unwrap_or(0)
     }
 
-    /// Retires `prev` once this version is committed: it is no longer needed by anyone who
-    /// pins from now on. Idempotent; whoever swaps the pointer out owns its count.
+    /// Once this version is committed: unlinks the versions before it that no reader can
+    /// need any more, and retires them. Idempotent; helpers and the writer may race on it.
+    ///
+    /// With no store snapshot in progress, that is all of them: readers who pin from now on
+    /// see this version. Otherwise a snapshot at `S` needs the newest version committed at or
+    /// before `S`, so the chain keeps, below this version, only *boundary* versions (the last
+    /// one committed before some clock tick): a version committed at this version's own
+    /// timestamp is skipped (no snapshot can fall between the two), and everything below the
+    /// version the oldest snapshot needs is cut. The chain is therefore at most one version
+    /// longer than the number of snapshots that ticked since the oldest one in progress.
     pub(crate) fn release_prev(&self, guard: &epoch::Guard) {
+        let ts = self.timestamp();
         debug_assert!(self.record.is_committed());
-        // AcqRel: Acquire takes ownership of the count published by the install; Release
-        // orders our commit before the null, so a reader who sees null sees us committed.
+        // After the commit's clock read: see the `horizon` module docs.
+        let oldest = horizon::oldest();
+        if oldest == Oldest::Nobody {
+            self.cut_prev(guard);
+            return;
+        }
+        self.skip_same_epoch(ts, guard);
+        if let Oldest::At(oldest) = oldest {
+            let mut version: &Version<A> = self;
+            loop {
+                if version.timestamp() <= oldest {
+                    version.cut_prev(guard); // every snapshot in progress needs it or newer
+                    return;
+                }
+                // Acquire: pairs with the Release of the store that linked it.
+                let prev = version.prev.load(Ordering::Acquire);
+                if prev.is_null() {
+                    return;
+                }
+                // SAFETY: a linked `prev` holds a count, and it was reachable from `self`
+                // while we are pinned.
+                version = unsafe { Pinned::new(prev) }.get();
+            }
+        }
+    }
+
+    /// Links this version past every predecessor committed at its own timestamp: no
+    /// snapshot needs them (none ticked between their commit and ours).
+    fn skip_same_epoch(&self, ts: u64, guard: &epoch::Guard) {
+        loop {
+            // Acquire: pairs with the Release of the store that linked it.
+            let prev = self.prev.load(Ordering::Acquire);
+            if prev.is_null() {
+                return;
+            }
+            // SAFETY: a linked `prev` holds a count and is reachable from us while pinned.
+            let p = unsafe { Pinned::<A>::new(prev) };
+            if p.timestamp() < ts {
+                return; // a boundary: snapshots between its commit and ours need it
+            }
+            // Acquire: as above.
+            let next = p.prev.load(Ordering::Acquire);
+            if !next.is_null() {
+                // SAFETY: `next` is reachable from `p` while we are pinned, and its count is
+                // held until at least our unpin even if `p` unlinks it now, so adding one is
+                // sound; it becomes the count our link holds.
+                unsafe { Arc::increment_strong_count(next) };
+            }
+            // AcqRel: Acquire takes over the count `prev` held; Release publishes the new
+            // link's target to snapshots walking the chain. Acquire on failure: reread.
+            match self
+                .prev
+                .compare_exchange(prev, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // SAFETY: we took over the count our link held on `prev` (from `into_raw`).
+                Ok(_) => retire(unsafe { Arc::from_raw(prev) }, guard),
+                Err(_) => {
+                    if !next.is_null() {
+                        // SAFETY: the count we added above, unused.
+                        drop(unsafe { Arc::from_raw(next) });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Unlinks and retires everything below this version.
+    fn cut_prev(&self, guard: &epoch::Guard) {
+        // AcqRel: Acquire takes ownership of the count published by the install; Release orders
+        // our commit before the null, so a reader who sees null sees us committed.
         let prev = self.prev.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !prev.is_null() {
             // SAFETY: a non-null `prev` owns one strong count (from `Arc::into_raw`), and the
@@ -147,11 +225,14 @@ impl<A: Element> Drop for Version<A> {
         // ordering that makes every earlier write to this version visible here).
         let prev = self.prev.load(Ordering::Relaxed);
         if !prev.is_null() {
-            // Normally `release_prev` ran first. If the committer was still on its way when the
-            // last owner let go, the old version may still be in a pinned reader's hands (it
-            // was reachable through us), so it goes through the epoch like any retired head.
+            // A version is freed only after every thread that could reach it has unpinned:
+            // its last count goes either through the epoch (a retired link) or to an owner
+            // that took it while pinned after that. So nobody pinned can be at `prev` through
+            // us any more, and anyone who reaches it another way does so through a link that
+            // holds its own count: our count can go at once, without a pin (which a drop run
+            // by crossbeam-epoch's own teardown may not take).
             // SAFETY: a non-null `prev` owns one strong count, and we are its last holder.
-            retire(unsafe { Arc::from_raw(prev) }, &epoch::pin());
+            drop(unsafe { Arc::from_raw(prev) });
         }
     }
 }

@@ -31,13 +31,21 @@ fn arithmetic_follows_the_writes() {
     assert_eq!(v.read().as_slice().unwrap(), &[20, 42, 64]);
 }
 
+/// Commit timestamps never go down, and a store snapshot separates the commits before it
+/// (at or below its clock value) from those after it (above).
 #[test]
-fn timestamps_follow_commit_order_across_variables() {
-    let a = Variable::new(arr0(0.0f64).into_dyn());
-    let b = Variable::new(arr0(0.0f64).into_dyn());
+fn timestamps_order_commits_against_store_snapshots() {
+    let store = mvtensor::Store::new();
+    let a = store.variable("a", arr0(0.0f64).into_dyn()).unwrap();
+    let b = store.variable("b", arr0(0.0f64).into_dyn()).unwrap();
     a.assign(arr0(1.0).into_dyn()).unwrap();
     b.assign(arr0(1.0).into_dyn()).unwrap();
-    assert!(a.read().timestamp() < b.read().timestamp());
+    assert!(a.read().timestamp() <= b.read().timestamp());
+    let snap = store.snapshot();
+    a.assign(arr0(2.0).into_dyn()).unwrap();
+    assert!(b.read().timestamp() <= snap.timestamp());
+    assert!(a.read().timestamp() > snap.timestamp());
+    assert_eq!(snap.get::<f64>("a").unwrap()[[]], 1.0);
 }
 
 #[test]

@@ -507,8 +507,10 @@ struct Ctx {
     model: BTreeMap<String, ModelVar>,
     held: Vec<Box<dyn Held>>,
     held_stores: Vec<HeldStore>,
-    /// The newest commit timestamp seen: commits are totally ordered.
+    /// The newest commit timestamp seen: commit timestamps never go down.
     last_timestamp: u64,
+    /// The newest store snapshot's clock value: every commit after it is past it.
+    last_snapshot: u64,
 }
 
 impl Ctx {
@@ -519,6 +521,7 @@ impl Ctx {
             held: Vec::new(),
             held_stores: Vec::new(),
             last_timestamp: 0,
+            last_snapshot: 0,
         }
     }
 
@@ -592,11 +595,14 @@ impl Ctx {
         let snap = variable.read();
         let timestamp = snap.timestamp();
         assert!(
-            timestamp > m.timestamp && timestamp > self.last_timestamp,
-            "{what} on {name:?}: commit timestamp {timestamp} is not after {} (variable) / {} \
-             (last commit)",
+            timestamp >= m.timestamp
+                && timestamp >= self.last_timestamp
+                && timestamp > self.last_snapshot,
+            "{what} on {name:?}: commit timestamp {timestamp} is before {} (variable) / {} \
+             (last commit) or not after {} (last store snapshot)",
             m.timestamp,
-            self.last_timestamp
+            self.last_timestamp,
+            self.last_snapshot
         );
         drop(snap);
         let m = self
@@ -655,9 +661,11 @@ impl Ctx {
         assert_same(snap.data(), &init, "initial value");
         let timestamp = snap.timestamp();
         assert!(
-            timestamp > self.last_timestamp,
-            "creation timestamp {timestamp} is not after the last commit {}",
-            self.last_timestamp
+            timestamp >= self.last_timestamp && timestamp > self.last_snapshot,
+            "creation timestamp {timestamp} is before the last commit {} or not after the \
+             last store snapshot {}",
+            self.last_timestamp,
+            self.last_snapshot
         );
         drop(snap);
         self.last_timestamp = timestamp;
@@ -836,6 +844,14 @@ impl Ctx {
     fn store_snapshot(&mut self, hold: bool) {
         let snap = self.store.snapshot();
         check_store_snapshot(&snap, &self.model);
+        assert!(
+            snap.timestamp() >= self.last_timestamp && snap.timestamp() > self.last_snapshot,
+            "store snapshot at {} is before the last commit {} or snapshot {}",
+            snap.timestamp(),
+            self.last_timestamp,
+            self.last_snapshot
+        );
+        self.last_snapshot = snap.timestamp();
         if hold {
             if self.held_stores.len() == MAX_HELD {
                 self.held_stores.remove(0);
@@ -958,7 +974,9 @@ impl Ctx {
             }
         }
 
-        check_store_snapshot(&store.snapshot(), &self.model);
+        let snap = store.snapshot();
+        check_store_snapshot(&snap, &self.model);
+        assert!(snap.timestamp() > self.last_snapshot && snap.timestamp() >= self.last_timestamp);
         for held in &self.held {
             held.check();
         }

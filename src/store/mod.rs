@@ -12,6 +12,7 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::error::{Error, Result};
+use crate::head;
 use crate::sync::{epoch, RcuCell};
 use crate::variable::Inner;
 use crate::{DType, Element, Variable};
@@ -70,7 +71,7 @@ pub(crate) enum At {
     Version(snapshot::Captured),
     /// The variable was created after the snapshot's clock value.
     NotYetCreated,
-    /// Writes since the clock value unlinked the version it needs: retry at a newer value.
+    /// The version it needs was unlinked (never, unless an invariant broke): retry.
     Unlinked,
 }
 
@@ -80,10 +81,9 @@ impl<A: Element> ErasedVariable for Inner<A> {
     }
     fn version_at(&self, at: u64, guard: &epoch::Guard) -> At {
         match self.head.visible_at(at, guard) {
-            Some(version) => At::Version(snapshot::Captured::new(version.to_arc())),
-            // Version 0 is the creation: if it is not visible yet, neither is the variable.
-            None if self.head.visible(guard).number == 0 => At::NotYetCreated,
-            None => At::Unlinked,
+            head::At::Version(version) => At::Version(snapshot::Captured::new(version.to_arc())),
+            head::At::NotYetCreated => At::NotYetCreated,
+            head::At::Unlinked => At::Unlinked,
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{At, Registry};
 use crate::error::{Error, Result};
+use crate::horizon::Registration;
 use crate::record;
 use crate::sync::epoch;
 use crate::version::Version;
@@ -19,10 +20,11 @@ use crate::{DType, Element, OwnedSnapshot};
 /// writes at one timestamp, so a snapshot shows all of them or none: an invariant that every
 /// execution preserves (say, the sum of two balances) holds in every snapshot.
 ///
-/// Taking one never waits for a writer. A write still committing when the snapshot looks is
-/// not part of it (the snapshot pushes that write's timestamp past its own). If writers
-/// unlink a version the snapshot needs before it is captured (two commits to one variable in
-/// the meantime), the snapshot starts over at a newer clock value.
+/// Taking one never waits for a writer, and its work is bounded by the number of variables
+/// whatever writers do: while it is in progress, writers keep the version it needs from each
+/// variable linked (at most one extra version per variable and snapshot in progress), so it
+/// never starts over. A write still committing when the snapshot looks is not part of it (the
+/// snapshot pushes that write's timestamp past its own).
 ///
 /// The snapshot holds one reference-counted version per variable and pins nothing: keep it
 /// as long as you like; only the versions it holds stay in memory.
@@ -69,24 +71,40 @@ impl Captured {
 impl StoreSnapshot {
     pub(crate) fn take(registry: &Registry) -> Self {
         let guard = epoch::pin();
-        'retry: loop {
-            let timestamp = record::now();
+        loop {
+            // Registered before the tick, so that every writer that commits past our clock
+            // value keeps what we need linked (`horizon` module docs).
+            let registration = Registration::begin();
+            let timestamp = record::tick();
+            registration.at(timestamp);
             let mut entries = BTreeMap::new();
+            let mut complete = true;
             for (name, entry) in registry {
                 match entry.erased.version_at(timestamp, &guard) {
                     At::Version(captured) => {
                         entries.insert(Arc::clone(name), captured);
                     }
                     At::NotYetCreated => {}
-                    At::Unlinked => continue 'retry,
+                    At::Unlinked => {
+                        // Writers keep what we need linked; tests and loom models fail here.
+                        if cfg!(any(debug_assertions, loom)) {
+                            panic!("`{name}`: a version a snapshot needs was unlinked");
+                        }
+                        complete = false;
+                        break;
+                    }
                 }
             }
-            return Self { timestamp, entries };
+            if complete {
+                return Self { timestamp, entries };
+            }
         }
     }
 
-    /// The clock value this snapshot is taken at: it shows exactly the writes committed at
-    /// or before it (compare with [`Snapshot::timestamp`](crate::Snapshot::timestamp)).
+    /// The clock value this snapshot is taken at: it shows exactly the writes whose commit
+    /// timestamp is at most this (compare with
+    /// [`Snapshot::timestamp`](crate::Snapshot::timestamp)). Every snapshot ticks the clock,
+    /// so a later snapshot has a larger timestamp.
     pub fn timestamp(&self) -> u64 {
         self.timestamp
     }

@@ -8,3 +8,18 @@ pub fn scaled(small: usize, big: usize) -> usize {
         big
     }
 }
+
+/// CPU time this thread has used: unlike wall time, it does not grow while the thread waits
+/// for a core, so it measures work on a shared machine. (Not under miri, which has no
+/// per-thread clock.)
+#[allow(dead_code)] // not every test file measures
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill in.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -1,0 +1,44 @@
+//! Versions that store snapshots in progress keep linked are unlinked once they are done.
+//! One test per file: another test's thread pinned in the same process could hold the epoch
+//! back and keep retired versions alive.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use mvtensor::Store;
+use ndarray::{ArrayD, IxDyn};
+
+mod common;
+use common::scaled;
+
+/// Back-to-back snapshots racing a writer each see a value that matches its version, and
+/// once none is in progress the writer unlinks every version they kept.
+#[test]
+fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
+    let store = Store::new();
+    let w = store
+        .variable("w", ArrayD::<i64>::zeros(IxDyn(&[2])))
+        .unwrap();
+    let ones = ArrayD::<i64>::ones(IxDyn(&[2]));
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                let snap = store.snapshot();
+                let seen = snap.get::<i64>("w").unwrap();
+                assert_eq!(seen[[1]], seen.version() as i64);
+            }
+        });
+        for _ in 0..scaled(50, 20_000) {
+            w.assign_add(&ones).unwrap();
+        }
+        done.store(true, Ordering::Release);
+    });
+    for _ in 0..4 {
+        crossbeam_epoch::pin().flush();
+    }
+    w.assign_add(&ones).unwrap(); // no snapshot in progress: unlinks every older version
+    for _ in 0..4 {
+        crossbeam_epoch::pin().flush();
+    }
+    assert!(w.stats().live_versions <= 2, "{:?}", w.stats());
+}
