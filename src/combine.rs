@@ -59,10 +59,10 @@ const SPINS: u32 = 64;
 /// a microsecond, less than waking a parked thread, so there waiters spin and yield instead
 /// (measured: parking cut 1K-element updates at 8 threads from 1.58 M to 1.14 M per second).
 /// Under loom every waiter parks, so that the models check the wake-up protocol.
-const PARK_BYTES: usize = if cfg!(loom) { 0 } else { 64 * 1024 };
+const PARK_BYTES: usize = if cfg!(mvtensor_loom) { 0 } else { 64 * 1024 };
 /// Passes a combiner runs at most before handing the flag to the writer of a pending op.
-/// Under loom, one: so that two writers already reach the hand-off.
-const PASSES: usize = if cfg!(loom) { 1 } else { 4 };
+/// Under mvtensor_loom, one: so that two writers already reach the hand-off.
+const PASSES: usize = if cfg!(mvtensor_loom) { 1 } else { 4 };
 
 /// One writer's announced delta.
 pub(crate) struct Op<'d, A> {

@@ -1,19 +1,21 @@
 //! The head: one atomic pointer to a variable's newest version.
 //!
-//! The head owns one strong count of the version it points to (`Arc::into_raw`). Publishing
-//! a version is a compare-and-swap of the head; the count the head held on the old version
-//! moves into the new version's `prev`, and is retired through the epoch once the new
-//! version commits. So at most two versions are reachable from a head: the newest, and while
-//! it is pending the committed one before it.
+//! The head owns one count of the version it points to. Publishing a version is a
+//! compare-and-swap of the head. A write of one variable ([`Head::publish`]) installs its
+//! version already committed and retires the head's count of the old one (or, while a store
+//! snapshot is in progress, moves it into the new version's `prev`). A critical section
+//! ([`Head::install`]) installs a *pending* version whose `prev` keeps the old one reachable
+//! for readers until the section's shared record commits.
 //!
 //! The pointer's low bit marks a *queued* variable (one that belongs to a critical section):
 //! lock-free writers expect an unmarked pointer, so marking the head makes every one of their
 //! in-flight compare-and-swaps fail and sends them to the variable's ticket queue.
 
-use std::sync::Arc;
-
+use crate::horizon::{self, Oldest};
+use crate::limbo;
+use crate::record::Record;
 use crate::sync::{epoch, AtomicPtr, Ordering};
-use crate::version::{retire, Pinned, Version};
+use crate::version::{Building, Pinned, Version, VersionRef};
 use crate::Element;
 
 const QUEUED: usize = 1;
@@ -53,10 +55,10 @@ impl<A: Element> Current<'_, A> {
 }
 
 impl<A: Element> Head<A> {
-    pub(crate) fn new(first: Arc<Version<A>>) -> Self {
+    pub(crate) fn new(first: Building<A>) -> Self {
         debug_assert!(first.record.is_committed());
         Self {
-            ptr: AtomicPtr::new(Arc::into_raw(first).cast_mut()),
+            ptr: AtomicPtr::new(first.into_raw()),
         }
     }
 
@@ -73,7 +75,7 @@ impl<A: Element> Head<A> {
             // `prev` is cleared only after the commit, so the newest one is committed by now.
             return newest;
         }
-        // SAFETY: `prev` holds a count from `Arc::into_raw`, and it was reachable from the
+        // SAFETY: `prev` holds a count, and it was reachable from the
         // head while we are pinned, so its retirement (if any) happens after our pin and its
         // memory outlives `guard`.
         unsafe { Pinned::new(prev) }
@@ -97,8 +99,8 @@ impl<A: Element> Head<A> {
             if prev.is_null() {
                 return At::Unlinked;
             }
-            // SAFETY: `prev` holds a count from `into_raw`, and it was reachable from the head
-            // while we are pinned, so its retirement (if any) waits for our pin.
+            // SAFETY: `prev` holds a count, and it was reachable from the head while we are
+            // pinned, so its release (if any) waits for our pin.
             version = unsafe { Pinned::new(prev) };
         }
     }
@@ -107,45 +109,98 @@ impl<A: Element> Head<A> {
     pub(crate) fn current<'g>(&self, _guard: &'g epoch::Guard) -> Current<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.
         let raw = self.ptr.load(Ordering::Acquire);
-        // SAFETY: the head always holds a count (from `into_raw`) on its version, and
-        // retirement of a replaced head waits for our pin.
+        // SAFETY: the head always holds a count on its version, and the release of a
+        // replaced head's count waits for our pin.
         let version = unsafe { Pinned::new(untag(raw)) };
         Current { raw, version }
     }
 
-    /// Publishes `new` if the head is still `expected.raw`; keeps the queued mark as it was.
-    /// On success the head's count of the old version moves into `new.prev`, and the caller
-    /// must commit `new`'s record (then call [`Version::release_prev`]). On failure `new` is
-    /// handed back untouched.
+    /// Publishes `new` (committed now) if the head is still `expected.raw`, keeping the queued
+    /// mark as it was, and retires what the head held. On failure `new` comes back untouched
+    /// but for its record.
+    ///
+    /// The clock is read before the install, and the horizon after the clock: with no store
+    /// snapshot in progress, `new` links to nothing and the old version's count is retired at
+    /// once; otherwise `new.prev` takes the old version (a snapshot may need it) and
+    /// [`Version::release_prev`] keeps only what snapshots need.
+    pub(crate) fn publish<'g>(
+        &self,
+        expected: &Current<'g, A>,
+        mut new: Building<A>,
+        guard: &'g epoch::Guard,
+    ) -> Result<Pinned<'g, A>, Building<A>> {
+        debug_assert!(expected.version.record.is_committed(), "settled first");
+        new.record = Record::committed_now();
+        let keep = horizon::oldest() != Oldest::Nobody;
+        let old = untag(expected.raw);
+        if keep {
+            // Relaxed: published by the install's Release. The head's count moves here.
+            new.prev.store(old, Ordering::Relaxed);
+        }
+        match self.install_raw(expected, new) {
+            Ok(installed) => {
+                // SAFETY: `installed` is the head now, which keeps it alive at least until a
+                // later write retires it, and that retirement waits for the caller's pin.
+                let installed = unsafe { Pinned::new(installed) };
+                if keep {
+                    installed.release_prev(guard);
+                } else {
+                    // SAFETY: the head held one count of `old`; the install took it over.
+                    limbo::retire(unsafe { VersionRef::from_count(old) }, guard);
+                }
+                Ok(installed)
+            }
+            Err(new) => {
+                // Relaxed: `new` is private again; the count stays with the head.
+                new.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+                Err(new)
+            }
+        }
+    }
+
+    /// Installs `new`, whose record is pending, on top of the settled `expected`; its `prev`
+    /// takes over the head's count of the old version, so readers fall back to it until the
+    /// record commits. The caller then commits the record and calls
+    /// [`Version::release_prev`]. On failure `new` comes back untouched.
     pub(crate) fn install<'g>(
         &self,
         expected: &Current<'g, A>,
-        new: Arc<Version<A>>,
+        new: Building<A>,
         _guard: &'g epoch::Guard,
-    ) -> Result<Pinned<'g, A>, Arc<Version<A>>> {
-        // Relaxed: the successful CAS below releases it together with the rest of `new`.
+    ) -> Result<Pinned<'g, A>, Building<A>> {
+        // Relaxed: published by the install's Release.
         new.prev.store(untag(expected.raw), Ordering::Relaxed);
-        let new_raw = Arc::into_raw(new).cast_mut();
+        match self.install_raw(expected, new) {
+            // SAFETY: `installed` is the head now, which keeps it alive at least until a later
+            // write retires it, and that retirement waits for the caller's pin.
+            Ok(installed) => Ok(unsafe { Pinned::new(installed) }),
+            Err(new) => {
+                // Relaxed: `new` is private again; the count stays with the head.
+                new.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+                Err(new)
+            }
+        }
+    }
+
+    /// The compare-and-swap: `new` becomes the head if the head is still `expected.raw`.
+    fn install_raw(
+        &self,
+        expected: &Current<'_, A>,
+        new: Building<A>,
+    ) -> Result<*mut Version<A>, Building<A>> {
+        let new_raw = new.into_raw();
         let tagged = new_raw.map_addr(|a| a | (expected.raw.addr() & QUEUED));
         // AcqRel on success: Release publishes `new` (data, record, prev) to readers; Acquire
-        // orders the old head's retirement after its readers' view. Relaxed on failure: the
-        // caller reloads with Acquire before looking at anything.
+        // orders the old head's retirement after its readers' view (and synchronises with a
+        // snapshot's read-modify-write of the head, `newest_for_snapshot`). Relaxed on
+        // failure: the caller reloads with Acquire before looking at anything.
         match self
             .ptr
             .compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)
         {
-            // SAFETY: `new_raw` comes from `into_raw` and is now the head, which keeps it
-            // alive at least until a later write retires it, and that retirement waits for the
-            // caller's pin.
-            Ok(_) => Ok(unsafe { Pinned::new(new_raw) }),
-            Err(_) => {
-                // SAFETY: the CAS failed, so nobody else saw `new_raw`; we take back the count
-                // we gave away with `into_raw`.
-                let new = unsafe { Arc::from_raw(new_raw) };
-                // Relaxed: `new` is private again.
-                new.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
-                Err(new)
-            }
+            Ok(_) => Ok(new_raw),
+            // SAFETY: the CAS failed, so nobody saw `new_raw`: it is ours again.
+            Err(_) => Err(unsafe { Building::from_raw(new_raw) }),
         }
     }
 
@@ -180,8 +235,8 @@ impl<A: Element> Head<A> {
     fn newest<'g>(&self, _guard: &'g epoch::Guard) -> Pinned<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.
         let raw = self.ptr.load(Ordering::Acquire);
-        // SAFETY: the head holds a count (from `into_raw`) on its version, and retiring a
-        // replaced head waits for every thread pinned now, `_guard`'s thread included.
+        // SAFETY: the head holds a count on its version, and releasing a replaced head's count
+        // waits for every thread pinned now, `_guard`'s thread included.
         unsafe { Pinned::new(untag(raw)) }
     }
 
@@ -214,9 +269,9 @@ impl<A: Element> Drop for Head<A> {
     fn drop(&mut self) {
         // Relaxed: `drop` has exclusive access to the head.
         let raw = untag(self.ptr.load(Ordering::Relaxed));
-        // SAFETY: the head owns one strong count of its version. A `Snapshot` may still
-        // borrow it under a pin, so the count goes through the epoch.
-        retire(unsafe { Arc::from_raw(raw) }, &epoch::pin());
+        // SAFETY: the head owns one count of its version. A `Snapshot` may still borrow it
+        // under a pin, so the count goes through the epoch.
+        limbo::retire(unsafe { VersionRef::from_count(raw) }, &epoch::pin());
     }
 }
 

@@ -16,7 +16,7 @@
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Snapshots that can announce their clock value; more at once are counted as `overflow`.
-const SLOTS: usize = if cfg!(loom) { 2 } else { 64 };
+const SLOTS: usize = if cfg!(mvtensor_loom) { 2 } else { 64 };
 /// A free slot.
 const FREE: u64 = 0;
 /// A slot whose snapshot has registered but not read the clock yet.
@@ -31,7 +31,7 @@ struct Horizon {
     slots: [AtomicU64; SLOTS],
 }
 
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 fn horizon() -> &'static Horizon {
     static HORIZON: Horizon = Horizon {
         in_progress: AtomicUsize::new(0),
@@ -41,7 +41,7 @@ fn horizon() -> &'static Horizon {
     &HORIZON
 }
 
-#[cfg(loom)]
+#[cfg(mvtensor_loom)]
 fn horizon() -> &'static Horizon {
     loom::lazy_static! {
         static ref HORIZON: Horizon = Horizon {

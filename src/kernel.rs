@@ -10,9 +10,7 @@
 //! (the pass waited for the pool, the pool for the pass): whatever runs a pass must never wait
 //! for a thread that may be waiting for it (`docs/design.md`, §9, "Who waits for whom").
 
-use std::mem::MaybeUninit;
-
-use ndarray::{ArrayD, CowArray, IxDyn};
+use ndarray::ArrayD;
 use smallvec::SmallVec;
 
 use crate::Element;
@@ -33,26 +31,22 @@ pub(crate) struct Delta<'a, A> {
 /// Elements per chunk: 16 KiB of f32, small enough to stay in L1 across all deltas.
 const CHUNK: usize = 4096;
 
-/// Returns `base ± deltas`, in standard (row-major) layout, written into `out` (an empty
-/// buffer, recycled or new: see [`Recycler`](crate::recycle::Recycler)). All shapes must be
-/// equal.
-pub(crate) fn apply<A: Element>(
-    base: &ArrayD<A>,
-    deltas: &[Delta<'_, A>],
-    mut out: Vec<A>,
-) -> ArrayD<A> {
+/// Writes `base ± deltas` into `out`, which has the same shape (a pooled version's buffer:
+/// no allocation). Versions are always in standard layout, so both are plain slices; deltas
+/// are read in place when they are too (the usual case) and copied into standard layout
+/// first otherwise.
+pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: &mut ArrayD<A>) {
     debug_assert!(deltas.iter().all(|d| d.data.shape() == base.shape()));
-    let base_std = base.as_standard_layout();
-    let base_s = contiguous(&base_std);
-    // Deltas are read in place when already in standard layout (the usual case, with no
-    // allocation); others are copied into standard layout first.
-    let copies: Vec<ArrayD<A>> = deltas
+    debug_assert_eq!(out.shape(), base.shape());
+    let base = base.as_slice().expect("versions are in standard layout");
+    let out = out.as_slice_mut().expect("versions are in standard layout");
+    let copies: SmallVec<[ArrayD<A>; 1]> = deltas
         .iter()
         .filter(|d| d.data.as_slice().is_none())
         .map(|d| d.data.as_standard_layout().into_owned())
         .collect();
     let mut copies = copies.iter();
-    let delta_s: SmallVec<[(&[A], Sign); 8]> = deltas
+    let deltas: SmallVec<[(&[A], Sign); 8]> = deltas
         .iter()
         .map(|d| {
             let data = d.data.as_slice().unwrap_or_else(|| {
@@ -63,48 +57,37 @@ pub(crate) fn apply<A: Element>(
             (data, d.sign)
         })
         .collect();
-
-    let n = base_s.len();
-    out.clear();
-    out.reserve(n);
-    let spare = &mut out.spare_capacity_mut()[..n];
-    for (i, chunk) in spare.chunks_mut(CHUNK).enumerate() {
-        fill_chunk(chunk, i * CHUNK, base_s, &delta_s);
+    for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
+        let range = i * CHUNK..i * CHUNK + chunk.len();
+        fill_chunk(chunk, &base[range.clone()], &deltas, range);
     }
-    // SAFETY: `fill_chunk` wrote every element of every chunk of `spare`, i.e. `out[..n]`.
-    unsafe { out.set_len(n) };
-    ArrayD::from_shape_vec(base.raw_dim(), out).expect("length equals the shape's size")
 }
 
+/// One chunk of the pass: the first delta is fused into the copy of the base, so a lone
+/// delta is a single sweep; the others are added to the chunk while it is in L1.
 fn fill_chunk<A: Element>(
-    chunk: &mut [MaybeUninit<A>],
-    start: usize,
+    out: &mut [A],
     base: &[A],
     deltas: &[(&[A], Sign)],
+    range: std::ops::Range<usize>,
 ) {
-    let range = start..start + chunk.len();
-    let base = &base[range.clone()];
-    // The first delta is fused into the copy of the base, so a lone delta is a single pass.
-    let (first, rest) = match deltas.split_first() {
-        Some(((delta, sign), rest)) => (Some((&delta[range.clone()], *sign)), rest),
-        None => (None, deltas),
+    let Some(((first, sign), rest)) = deltas.split_first() else {
+        out.copy_from_slice(base);
+        return;
     };
-    match first {
-        None => init(chunk, base, |b, _| b, base),
-        Some((delta, Sign::Add)) => init(chunk, base, A::add, delta),
-        Some((delta, Sign::Sub)) => init(chunk, base, A::sub, delta),
+    let first = &first[range.clone()];
+    match sign {
+        Sign::Add => zip_into(out, base, first, A::add),
+        Sign::Sub => zip_into(out, base, first, A::sub),
     }
-    // SAFETY: `init` wrote every element of `chunk` (the slices have equal lengths), and
-    // `MaybeUninit<A>` has the same layout as `A`.
-    let chunk: &mut [A] = unsafe { &mut *(chunk as *mut [MaybeUninit<A>] as *mut [A]) };
     for (delta, sign) in rest {
         let delta = &delta[range.clone()];
         match sign {
-            Sign::Add => chunk
+            Sign::Add => out
                 .iter_mut()
                 .zip(delta)
                 .for_each(|(o, &d)| *o = A::add(*o, d)),
-            Sign::Sub => chunk
+            Sign::Sub => out
                 .iter_mut()
                 .zip(delta)
                 .for_each(|(o, &d)| *o = A::sub(*o, d)),
@@ -112,19 +95,13 @@ fn fill_chunk<A: Element>(
     }
 }
 
-/// `out[i] = op(a[i], b[i])` into uninitialised memory; all three have the same length.
+/// `out[i] = op(a[i], b[i])`; all three have the same length.
 #[inline(always)]
-fn init<A: Copy>(out: &mut [MaybeUninit<A>], a: &[A], op: impl Fn(A, A) -> A, b: &[A]) {
+fn zip_into<A: Copy>(out: &mut [A], a: &[A], b: &[A], op: impl Fn(A, A) -> A) {
     debug_assert!(out.len() == a.len() && a.len() == b.len());
-    for ((slot, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        slot.write(op(x, y));
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = op(x, y);
     }
-}
-
-fn contiguous<'a, A>(array: &'a CowArray<'_, A, IxDyn>) -> &'a [A] {
-    array
-        .as_slice()
-        .expect("as_standard_layout returns a contiguous array")
 }
 
 /// `value` in standard layout, without a copy when it already is.
@@ -136,10 +113,10 @@ pub(crate) fn standard<A: Element>(value: ArrayD<A>) -> ArrayD<A> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(mvtensor_loom)))]
 mod tests {
     use super::*;
-    use ndarray::ShapeBuilder;
+    use ndarray::{IxDyn, ShapeBuilder};
 
     #[test]
     fn fused_pass_matches_elementwise_arithmetic() {
@@ -147,7 +124,8 @@ mod tests {
         let base = ArrayD::from_shape_fn(IxDyn(&[n]), |i| i[0] as i64);
         let d1 = ArrayD::from_elem(IxDyn(&[n]), 5i64);
         let d2 = ArrayD::from_shape_fn(IxDyn(&[n]), |i| 2 * i[0] as i64);
-        let out = apply(
+        let mut out = ArrayD::default(base.raw_dim());
+        apply(
             &base,
             &[
                 Delta {
@@ -159,7 +137,7 @@ mod tests {
                     sign: Sign::Sub,
                 },
             ],
-            Vec::new(),
+            &mut out,
         );
         let expected = &base + &d1 - &d2;
         assert_eq!(out, expected);
@@ -172,13 +150,14 @@ mod tests {
             ArrayD::from_shape_vec(IxDyn(&[2, 3]).f(), vec![1.0f32, 4., 2., 5., 3., 6.]).unwrap();
         let base =
             ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f32, 2., 3., 4., 5., 6.]).unwrap();
-        let out = apply(
+        let mut out = ArrayD::default(base.raw_dim());
+        apply(
             &base,
             &[Delta {
                 data: &fortran,
                 sign: Sign::Add,
             }],
-            Vec::new(),
+            &mut out,
         );
         assert_eq!(out, &base * 2.0);
     }
@@ -187,13 +166,14 @@ mod tests {
     fn integer_overflow_wraps_instead_of_panicking() {
         let base = ArrayD::from_elem(IxDyn(&[3]), i32::MAX);
         let one = ArrayD::from_elem(IxDyn(&[3]), 1);
-        let out = apply(
+        let mut out = ArrayD::default(base.raw_dim());
+        apply(
             &base,
             &[Delta {
                 data: &one,
                 sign: Sign::Add,
             }],
-            Vec::new(),
+            &mut out,
         );
         assert!(out.iter().all(|&x| x == i32::MIN));
     }

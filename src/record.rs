@@ -36,6 +36,20 @@ pub(crate) enum Record {
     Shared(Arc<CommitRecord>),
 }
 
+impl Record {
+    /// A pending record of the version's own.
+    pub(crate) fn pending() -> Self {
+        Record::Own(CommitRecord::pending())
+    }
+
+    /// A record of the version's own, committed now: a write of one variable is installed
+    /// already committed (the clock read, then the install), so readers never find it
+    /// pending and nobody has to help it.
+    pub(crate) fn committed_now() -> Self {
+        Record::Own(CommitRecord::committed_now())
+    }
+}
+
 impl Deref for Record {
     type Target = CommitRecord;
     fn deref(&self) -> &CommitRecord {
@@ -60,7 +74,7 @@ impl CommitRecord {
         }
     }
 
-    /// A record committed now (a variable's first version).
+    /// A record committed now, at the clock's current value.
     pub(crate) fn committed_now() -> Self {
         // Acquire: as in `commit`.
         let ts = clock().load(Ordering::Acquire);
@@ -147,7 +161,7 @@ pub(crate) fn tick() -> u64 {
     clock().fetch_add(1, Ordering::AcqRel)
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(mvtensor_loom)))]
 mod tests {
     use super::*;
 

@@ -35,12 +35,12 @@ impl fmt::Display for Inside {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 thread_local! {
     static RUNNING: RefCell<Option<Inside>> = const { RefCell::new(None) };
 }
 
-#[cfg(loom)] // loom's thread_local! has no `const` form
+#[cfg(mvtensor_loom)] // loom's thread_local! has no `const` form
 thread_local! {
     static RUNNING: RefCell<Option<Inside>> = RefCell::new(None);
 }

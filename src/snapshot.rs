@@ -4,12 +4,11 @@
 use std::fmt;
 use std::ops::Deref;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use ndarray::ArrayD;
 
 use crate::sync::epoch;
-use crate::version::{Pinned, Version};
+use crate::version::{Pinned, Version, VersionRef};
 use crate::Element;
 
 /// A short-lived, wait-free view of one version of a variable, from
@@ -69,7 +68,7 @@ impl<A: Element> Snapshot<A> {
 
     /// A reference-counted handle on the same version, which does not pin the epoch.
     pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A> {
-        OwnedSnapshot::new(self.pinned().to_arc())
+        OwnedSnapshot::new(self.pinned().to_ref())
     }
 }
 
@@ -94,23 +93,24 @@ impl<A: Element> fmt::Debug for Snapshot<A> {
 /// [`Variable::read_owned`](crate::Variable::read_owned).
 ///
 /// `Send + Sync + 'static`, cheap to clone, and it never pins the epoch: hold it as long as
-/// you like, only its own version stays in memory. Taking one costs one atomic increment on
-/// the version's reference count, which is why [`Variable::read`](crate::Variable::read) is
-/// the faster choice for short reads.
+/// you like, only its own version stays in memory (and goes back to its variable's pool when
+/// the last holder lets go). Taking one costs one atomic increment on the version's count,
+/// which is why [`Variable::read`](crate::Variable::read) is the faster choice for short
+/// reads.
 pub struct OwnedSnapshot<A: Element> {
-    version: Arc<Version<A>>,
+    version: VersionRef<A>,
 }
 
 impl<A: Element> Clone for OwnedSnapshot<A> {
     fn clone(&self) -> Self {
         Self {
-            version: Arc::clone(&self.version),
+            version: self.version.clone(),
         }
     }
 }
 
 impl<A: Element> OwnedSnapshot<A> {
-    pub(crate) fn new(version: Arc<Version<A>>) -> Self {
+    pub(crate) fn new(version: VersionRef<A>) -> Self {
         debug_assert!(version.record.is_committed());
         Self { version }
     }

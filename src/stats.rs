@@ -9,8 +9,7 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Versions committed since creation (equal to the current version number, plus the
-    /// versions other writers helped to commit, which it already counts).
+    /// Commits since creation: the current version number.
     pub commits: u64,
     /// Compare-and-swap attempts on the head that lost to another writer and were redone.
     pub cas_retries: u64,
@@ -21,11 +20,13 @@ pub struct Stats {
     pub combined_deltas: u64,
     /// The largest batch one combined pass applied.
     pub max_batch: u64,
-    /// Large dense passes (64 KiB and up) that found no reclaimed buffer to write into and
-    /// allocated a fresh one: the first touch of fresh pages is what makes them slow.
+    /// Large buffers (64 KiB and up) a write had to allocate because its variable's pool had
+    /// no version to reuse: the first touch of fresh pages is what makes them slow.
     pub fresh_buffers: u64,
-    /// Versions of this variable alive right now: the current one, those held by snapshots,
-    /// and retired ones whose reclamation is still pending in the epoch.
+    /// Versions of this variable allocated right now: the current one, those held by
+    /// snapshots or kept for store snapshots in progress, retired ones waiting for a grace
+    /// period, and idle ones in the pool, ready for the next writes. This is the variable's
+    /// memory, in tensors.
     pub live_versions: usize,
 }
 
@@ -70,10 +71,11 @@ impl SectionCounters {
 
 /// The live counters behind [`Stats`], shared by a variable and all its versions.
 ///
-/// Every update is Relaxed: they are diagnostics, and publish no other memory.
+/// Every update is Relaxed: they are diagnostics, and publish no other memory. None is
+/// written on every write: allocations and frees are rare, a lost CAS is rare, and the
+/// combining figures are written only by the holder of the combiner flag, with plain stores.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    commits: AtomicU64,
     cas_retries: AtomicU64,
     combined_batches: AtomicU64,
     combined_deltas: AtomicU64,
@@ -83,30 +85,37 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn version_created(&self) {
+    pub(crate) fn version_allocated(&self, bytes: usize) {
         self.live_versions.fetch_add(1, Ordering::Relaxed);
+        self.buffer_allocated(bytes);
     }
-    pub(crate) fn version_dropped(&self) {
+    pub(crate) fn version_freed(&self, _bytes: usize) {
         self.live_versions.fetch_sub(1, Ordering::Relaxed);
     }
-    pub(crate) fn committed(&self) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
+    /// A buffer of `bytes` was allocated for a version (counted when large).
+    pub(crate) fn buffer_allocated(&self, bytes: usize) {
+        if bytes >= LARGE {
+            self.fresh_buffers.fetch_add(1, Ordering::Relaxed);
+        }
     }
     pub(crate) fn cas_retried(&self) {
         self.cas_retries.fetch_add(1, Ordering::Relaxed);
     }
+    /// A combined pass of `batch` deltas. Only the combiner flag's holder calls this, so a
+    /// load and a store are enough (no read-modify-write on the write path).
     pub(crate) fn combined(&self, batch: usize) {
-        self.combined_batches.fetch_add(1, Ordering::Relaxed);
-        self.combined_deltas
-            .fetch_add(batch as u64, Ordering::Relaxed);
-        self.max_batch.fetch_max(batch as u64, Ordering::Relaxed);
+        let bump = |counter: &AtomicU64, by: u64| {
+            counter.store(counter.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+        };
+        bump(&self.combined_batches, 1);
+        bump(&self.combined_deltas, batch as u64);
+        if self.max_batch.load(Ordering::Relaxed) < batch as u64 {
+            self.max_batch.store(batch as u64, Ordering::Relaxed);
+        }
     }
-    pub(crate) fn fresh_buffer(&self) {
-        self.fresh_buffers.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn read(&self) -> Stats {
+    pub(crate) fn read(&self, commits: u64) -> Stats {
         Stats {
-            commits: self.commits.load(Ordering::Relaxed),
+            commits,
             cas_retries: self.cas_retries.load(Ordering::Relaxed),
             combined_batches: self.combined_batches.load(Ordering::Relaxed),
             combined_deltas: self.combined_deltas.load(Ordering::Relaxed),
@@ -116,3 +125,6 @@ impl Counters {
         }
     }
 }
+
+/// Buffers at least this large are counted in [`Stats::fresh_buffers`].
+const LARGE: usize = 64 * 1024;

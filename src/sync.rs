@@ -1,17 +1,19 @@
 //! The only module that names atomics, locks, epochs or threads.
 //!
 //! Every other module imports its synchronisation primitives from here, so that a build with
-//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom"` swaps all of them for loom's model-checked
-//! versions at once (crossbeam-epoch follows through its own `loom` feature). Tensor payloads
+//! `RUSTFLAGS="--cfg mvtensor_loom --cfg crossbeam_loom"` swaps all of them for loom's
+//! model-checked versions at once (crossbeam-epoch follows through its own `loom` feature).
+//! The cfg is named after the crate so that a dependent's own `--cfg loom` leaves mvtensor
+//! alone. Tensor payloads
 //! (ndarray) contain no synchronisation of ours, so the models in `loom/` drive the real
 //! protocols on tiny scalar tensors.
 
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 // loom models SeqCst *fences* but treats SeqCst accesses as AcqRel, so a protocol that needs
 // a store-load (Dekker) guarantee states it with a fence, which both builds then check.
-#[cfg(loom)]
+#[cfg(mvtensor_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
@@ -22,15 +24,15 @@ pub(crate) use crossbeam_epoch as epoch;
 /// A mutex for rarely-taken bookkeeping (claims on a resource); never on a read path.
 #[derive(Debug)]
 pub(crate) struct Mutex<T>(
-    #[cfg(not(loom))] std::sync::Mutex<T>,
-    #[cfg(loom)] loom::sync::Mutex<T>,
+    #[cfg(not(mvtensor_loom))] std::sync::Mutex<T>,
+    #[cfg(mvtensor_loom)] loom::sync::Mutex<T>,
 );
 
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
-        #[cfg(not(loom))]
+        #[cfg(not(mvtensor_loom))]
         return Self(std::sync::Mutex::new(value));
-        #[cfg(loom)]
+        #[cfg(mvtensor_loom)]
         return Self(loom::sync::Mutex::new(value));
     }
 
@@ -43,11 +45,11 @@ impl<T> Mutex<T> {
     }
 }
 
-/// Gives the processor (or, under loom, the model's scheduler) to another thread.
+/// Gives the processor (or, under mvtensor_loom, the model's scheduler) to another thread.
 pub(crate) fn yield_now() {
-    #[cfg(not(loom))]
+    #[cfg(not(mvtensor_loom))]
     std::thread::yield_now();
-    #[cfg(loom)]
+    #[cfg(mvtensor_loom)]
     loom::thread::yield_now();
 }
 
@@ -63,7 +65,7 @@ impl Backoff {
     /// threads than cores (the trainers' usual case) the thread we wait for needs our core.
     pub(crate) fn snooze(&mut self) {
         // Under loom spinning only adds branches: yield at once.
-        if !cfg!(loom) && self.step <= 6 {
+        if !cfg!(mvtensor_loom) && self.step <= 6 {
             for _ in 0..(1u32 << self.step) {
                 std::hint::spin_loop();
             }
@@ -85,13 +87,13 @@ pub(crate) fn next_id() -> u64 {
 /// The global commit clock. Store snapshots tick it; every commit, of any variable in any
 /// store, reads its timestamp here, so a store snapshot is a cut through the commit order
 /// (see [`record`](crate::record)).
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 pub(crate) fn clock() -> &'static AtomicU64 {
     static CLOCK: AtomicU64 = AtomicU64::new(1);
     &CLOCK
 }
 
-#[cfg(loom)]
+#[cfg(mvtensor_loom)]
 pub(crate) fn clock() -> &'static AtomicU64 {
     loom::lazy_static! {
         static ref CLOCK: AtomicU64 = AtomicU64::new(1);
@@ -99,12 +101,17 @@ pub(crate) fn clock() -> &'static AtomicU64 {
     &CLOCK
 }
 
+/// An atomic pointer for a process-wide static that must outlive a loom execution: a deferred
+/// function that crossbeam-epoch runs while loom tears an execution down may still reach it,
+/// after loom's own statics are gone. Only for data that holds nothing of loom's.
+pub(crate) type ProcessAtomicPtr<T> = std::sync::atomic::AtomicPtr<T>;
+
 /// Reads `ptr` with a read-modify-write that leaves it unchanged: the latest value in its
 /// modification order, and a write that later CASes `ptr` synchronises with this read.
 pub(crate) fn read_for_update<T>(ptr: &AtomicPtr<T>, order: Ordering) -> *mut T {
-    #[cfg(not(loom))]
+    #[cfg(not(mvtensor_loom))]
     return ptr.fetch_or(0, order);
-    #[cfg(loom)] // loom's AtomicPtr has no `fetch_or`: the same RMW as a CAS loop
+    #[cfg(mvtensor_loom)] // loom's AtomicPtr has no `fetch_or`: the same RMW as a CAS loop
     {
         let mut current = ptr.load(Ordering::Relaxed);
         loop {
@@ -120,34 +127,34 @@ pub(crate) fn read_for_update<T>(ptr: &AtomicPtr<T>, order: Ordering) -> *mut T 
 /// (arc-swap), writers replace the whole value, retrying if another writer got in first.
 /// Under loom a mutex stands in, so that the models stay inside loom's world.
 pub(crate) struct RcuCell<T> {
-    #[cfg(not(loom))]
+    #[cfg(not(mvtensor_loom))]
     cell: arc_swap::ArcSwap<T>,
-    #[cfg(loom)]
+    #[cfg(mvtensor_loom)]
     cell: Mutex<std::sync::Arc<T>>,
 }
 
 impl<T> RcuCell<T> {
     pub(crate) fn new(value: T) -> Self {
         Self {
-            #[cfg(not(loom))]
+            #[cfg(not(mvtensor_loom))]
             cell: arc_swap::ArcSwap::from_pointee(value),
-            #[cfg(loom)]
+            #[cfg(mvtensor_loom)]
             cell: Mutex::new(std::sync::Arc::new(value)),
         }
     }
 
     /// The current value.
     pub(crate) fn load(&self) -> std::sync::Arc<T> {
-        #[cfg(not(loom))]
+        #[cfg(not(mvtensor_loom))]
         return self.cell.load_full();
-        #[cfg(loom)]
+        #[cfg(mvtensor_loom)]
         return std::sync::Arc::clone(&self.cell.lock());
     }
 
     /// Replaces the value with `f(current)`, or leaves it alone if `f` fails. `f` may run
     /// more than once.
     pub(crate) fn update<E>(&self, mut f: impl FnMut(&T) -> Result<T, E>) -> Result<(), E> {
-        #[cfg(not(loom))]
+        #[cfg(not(mvtensor_loom))]
         loop {
             let current = self.cell.load_full();
             let next = std::sync::Arc::new(f(&current)?);
@@ -156,7 +163,7 @@ impl<T> RcuCell<T> {
                 return Ok(());
             }
         }
-        #[cfg(loom)]
+        #[cfg(mvtensor_loom)]
         {
             let mut cell = self.cell.lock();
             *cell = std::sync::Arc::new(f(&cell)?);
@@ -166,25 +173,25 @@ impl<T> RcuCell<T> {
 }
 
 /// Per-thread state (which execution this thread is inside), per loom thread under loom.
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 pub(crate) use std::thread_local;
 
-#[cfg(loom)]
+#[cfg(mvtensor_loom)]
 pub(crate) use loom::thread_local;
 
 /// A thread to wake: the combiner wakes each writer whose delta it applied.
-#[cfg(not(loom))]
+#[cfg(not(mvtensor_loom))]
 pub(crate) use std::thread::{current as current_thread, Thread};
 
-#[cfg(loom)]
+#[cfg(mvtensor_loom)]
 pub(crate) use loom::thread::{current as current_thread, Thread};
 
 /// Sleeps until another thread unparks this one (or spuriously: every caller re-checks its
 /// condition in a loop). Whoever waits this way must be guaranteed a wake-up by the
 /// protocol itself; under loom a missing one shows up as a deadlock.
 pub(crate) fn park() {
-    #[cfg(not(loom))]
+    #[cfg(not(mvtensor_loom))]
     std::thread::park();
-    #[cfg(loom)]
+    #[cfg(mvtensor_loom)]
     loom::thread::park();
 }

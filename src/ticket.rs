@@ -56,7 +56,7 @@ impl Drop for Ticket<'_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(mvtensor_loom)))]
 mod tests {
     use super::*;
 

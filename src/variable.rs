@@ -6,16 +6,18 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::combine::{Combiner, Op, Publish};
-use crate::error::{check_shape, Error, Result};
+use crate::error::{check_shape, same_shape, Error, Result};
 use crate::head::Head;
 use crate::kernel::{self, Delta, Sign};
-use crate::record::{CommitRecord, Record};
+use crate::limbo::{self, reclaim_now};
+use crate::pool::Home;
+use crate::record::Record;
 use crate::running::{self, Inside, Running};
 use crate::section::{Claims, Resource};
 use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
 use crate::ticket::TicketQueue;
-use crate::version::{reclaim_retired, Home, Pinned, Version};
+use crate::version::{Building, Pinned, Version};
 use crate::{Element, OwnedSnapshot, Snapshot};
 
 /// A shared tensor whose value is an immutable, versioned snapshot.
@@ -100,19 +102,15 @@ impl<A: Element> VariableBuilder<A> {
         let home = Arc::new(Home::default());
         let init = kernel::standard(self.init);
         let shape = init.shape().to_vec();
-        let first = Version::new(
-            init,
-            0,
-            Record::Own(CommitRecord::committed_now()),
-            Arc::clone(&home),
-        );
+        let mut first = Version::allocate(init, &home);
+        first.record = Record::committed_now();
         Variable {
             inner: Arc::new(Inner {
                 id,
                 name,
                 shape,
                 dynamic_shape: self.dynamic_shape,
-                head: Head::new(Arc::new(first)),
+                head: Head::new(first),
                 home,
                 queue: TicketQueue::default(),
                 claims: Claims::default(),
@@ -179,7 +177,7 @@ impl<A: Element> Variable<A> {
 
     /// What the write path has done so far (commits, retries, combining, live versions).
     pub fn stats(&self) -> Stats {
-        self.inner.home.counters.read()
+        self.inner.home.counters.read(self.version())
     }
 
     /// Replaces the value. Returns the new version number.
@@ -190,7 +188,14 @@ impl<A: Element> Variable<A> {
     pub fn assign(&self, value: ArrayD<A>) -> Result<u64> {
         let value = kernel::standard(value);
         self.check_new_shape(value.shape())?;
-        self.write_now(Some(value), |_, value| Ok(take(value)))
+        let mut value = Some(value);
+        self.write_now(|_, next| {
+            // A lost attempt's version keeps the value: only the first attempt moves it in.
+            if let Some(value) = value.take() {
+                next.data = value;
+            }
+            Ok(())
+        })
     }
 
     /// Adds `delta` elementwise. Returns the number of the version that includes it.
@@ -224,10 +229,11 @@ impl<A: Element> Variable<A> {
     /// [`Error::ShapeMismatch`] if `f` returns another shape (unless dynamic); nothing is
     /// written then.
     pub fn update(&self, mut f: impl FnMut(&ArrayD<A>) -> ArrayD<A>) -> Result<u64> {
-        self.write_now(None, |cur, _| {
-            let next = kernel::standard(f(&cur.data));
-            self.check_new_shape(next.shape())?;
-            Ok(next)
+        self.write_now(|cur, next| {
+            let value = kernel::standard(f(&cur.data));
+            self.check_new_shape(value.shape())?;
+            next.data = value;
+            Ok(())
         })
     }
 
@@ -252,10 +258,11 @@ impl<A: Element> Variable<A> {
     /// [`Error::ShapeMismatch`] as for [`update`](Self::update).
     pub fn fetch_update(&self, mut f: impl FnMut(&ArrayD<A>) -> ArrayD<A>) -> Result<Snapshot<A>> {
         let guard = epoch::pin();
-        let (old, _) = self.write(&guard, None, |cur, _| {
-            let next = kernel::standard(f(&cur.data));
-            self.check_new_shape(next.shape())?;
-            Ok(next)
+        let (old, _) = self.write(&guard, |cur, next| {
+            let value = kernel::standard(f(&cur.data));
+            self.check_new_shape(value.shape())?;
+            next.data = value;
+            Ok(())
         })?;
         let old = old.as_ptr();
         // SAFETY: `old` was the head while `guard` was pinned; `guard` moves into the snapshot.
@@ -271,7 +278,8 @@ impl<A: Element> Variable<A> {
     pub fn compare_and_set(&self, expected: u64, value: ArrayD<A>) -> Result<u64> {
         let value = kernel::standard(value);
         self.check_new_shape(value.shape())?;
-        self.write_now(Some(value), |cur, value| {
+        let mut value = Some(value);
+        self.write_now(|cur, next| {
             if cur.number != expected {
                 return Err(Error::VersionConflict {
                     variable: self.name().to_owned(),
@@ -279,7 +287,10 @@ impl<A: Element> Variable<A> {
                     actual: cur.number,
                 });
             }
-            Ok(take(value))
+            if let Some(value) = value.take() {
+                next.data = value;
+            }
+            Ok(())
         })
     }
 
@@ -292,7 +303,7 @@ impl<A: Element> Variable<A> {
         check_shape(self.name(), &self.inner.shape, delta.shape())?;
         let mut op = Op::new(delta, sign);
         let combined = self.inner.combiner.submit(&mut op, self);
-        reclaim_retired(); // what this thread's passes (if it combined) replaced
+        reclaim_now(); // what this thread's passes (if it combined) replaced
         match combined {
             Some(version) => Ok(version),
             None => self.apply_delta_alone(delta, sign),
@@ -300,14 +311,10 @@ impl<A: Element> Variable<A> {
     }
 
     fn apply_delta_alone(&self, delta: &ArrayD<A>, sign: Sign) -> Result<u64> {
-        self.write_now(None, |cur, _| {
+        self.write_now(|cur, next| {
             check_shape(self.name(), cur.data.shape(), delta.shape())?;
-            let out = self.inner.home.buffer(cur.data.len());
-            Ok(kernel::apply(
-                &cur.data,
-                &[Delta { data: delta, sign }],
-                out,
-            ))
+            kernel::apply(&cur.data, &[Delta { data: delta, sign }], &mut next.data);
+            Ok(())
         })
     }
 
@@ -319,35 +326,35 @@ impl<A: Element> Variable<A> {
         }
     }
 
-    /// [`write`](Self::write) under a pin of its own; once unpinned, this thread frees the
-    /// version it replaced if no reader holds it (see [`reclaim_retired`]). Returns the new
-    /// version number.
+    /// [`write`](Self::write) under a pin of its own; once unpinned, this thread hands the
+    /// version it replaced back to the pool if it is large and no reader holds it (see
+    /// [`reclaim_now`]). Returns the new version number.
     fn write_now(
         &self,
-        spare: Option<ArrayD<A>>,
-        make: impl FnMut(&Version<A>, &mut Option<ArrayD<A>>) -> Result<ArrayD<A>>,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
-        let written = self.write(&epoch::pin(), spare, make).map(|(_, new)| new);
-        reclaim_retired();
+        let written = self.write(&epoch::pin(), make).map(|(_, new)| new);
+        reclaim_now();
         written
     }
 
-    /// The write loop: build a value from the current version, publish it with one
-    /// compare-and-swap, commit it. Returns the replaced version and the new version number.
+    /// The write loop: build the next value from the current version in a pooled version,
+    /// publish it with one compare-and-swap. Returns the replaced version and the new version
+    /// number.
     ///
     /// A free variable's writers are lock-free: a lost CAS means another write committed. A
     /// queued variable's writers first take its ticket (FIFO), so they run one at a time.
     ///
-    /// `make` may run several times. `spare` starts as the caller's ready-made value (if
-    /// any) and gets the tensor of each lost attempt back, so `assign` never clones.
+    /// `make` may run several times, on the same `Building` (what it left there from a lost
+    /// attempt is still there).
     fn write<'g>(
         &self,
         guard: &'g epoch::Guard,
-        mut spare: Option<ArrayD<A>>,
-        mut make: impl FnMut(&Version<A>, &mut Option<ArrayD<A>>) -> Result<ArrayD<A>>,
+        mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<(Pinned<'g, A>, u64)> {
         let inner = &*self.inner;
         let mut ticket = None;
+        let mut next = None;
         loop {
             let current = inner.head.current(guard);
             if current.queued() && ticket.is_none() {
@@ -369,26 +376,51 @@ impl<A: Element> Variable<A> {
                 )?),
                 None => None,
             };
-            let data = make(current.version.get(), &mut spare)?;
-            let new = Arc::new(Version::new(
-                data,
-                current.version.number + 1,
-                Record::Own(CommitRecord::pending()),
-                Arc::clone(&inner.home),
-            ));
-            match inner.head.install(&current, new, guard) {
+            let mut building = match next.take() {
+                Some(building) => building,
+                None => inner.building(&current.version.data),
+            };
+            make(current.version.get(), &mut building)?;
+            building.number = current.version.number + 1;
+            match inner.head.publish(&current, building, guard) {
                 Ok(installed) => {
-                    installed.record.commit();
-                    installed.release_prev(guard);
-                    inner.home.counters.committed();
+                    inner.published(installed.number, installed.bytes());
                     return Ok((current.version, installed.number)); // then the ticket goes
                 }
                 Err(lost) => {
                     inner.home.counters.cas_retried();
-                    spare = Arc::into_inner(lost).map(Version::into_data);
+                    next = Some(lost);
                 }
             }
         }
+    }
+}
+
+impl<A: Element> Inner<A> {
+    /// After a commit: frees pooled versions beyond what a steady writer needs (the pool
+    /// grows while reclamation is held up, and shrinks back here). After every write of a
+    /// large version, every 64th of a small one (a walk of the pool costs more than they do).
+    pub(crate) fn published(&self, number: u64, bytes: usize) {
+        if bytes >= limbo::BATCH_BYTES || number.is_multiple_of(64) {
+            self.home.trim(limbo::spares(bytes));
+        }
+    }
+
+    /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
+    /// (its values are whatever they were: every writer overwrites them all).
+    pub(crate) fn building(&self, like: &ArrayD<A>) -> Building<A> {
+        let mut building = self.home.take().unwrap_or_else(|| {
+            let empty = ArrayD::default(ndarray::IxDyn(&[0]));
+            Version::allocate(empty, &self.home)
+        });
+        if !same_shape(building.data.shape(), like.shape()) {
+            // A new version, or a pooled one of an older shape (dynamic-shape variables).
+            self.home
+                .counters
+                .buffer_allocated(like.len() * std::mem::size_of::<A>());
+            building.data = ArrayD::default(like.raw_dim());
+        }
+        building
     }
 }
 
@@ -398,9 +430,9 @@ impl<A: Element> Publish<A> for Variable<A> {
         // No `write_now`: the caller reclaims after letting go of the combiner flag
         // (`apply_delta`), so that waiters do not wait for it.
         let (_, version) = self
-            .write(&epoch::pin(), None, |cur, _| {
-                let out = self.inner.home.buffer(cur.data.len());
-                Ok(kernel::apply(&cur.data, deltas, out))
+            .write(&epoch::pin(), |cur, next| {
+                kernel::apply(&cur.data, deltas, &mut next.data);
+                Ok(())
             })
             .ok()?;
         self.inner.home.counters.combined(deltas.len());
@@ -426,6 +458,14 @@ impl<A: Element> Resource for Inner<A> {
     }
 }
 
+impl<A: Element> Drop for Inner<A> {
+    /// The variable is gone: its pool frees what it holds, and versions still held elsewhere
+    /// (snapshots, limbo) are freed once they come back.
+    fn drop(&mut self) {
+        self.home.close();
+    }
+}
+
 impl<A: Element> Clone for Variable<A> {
     fn clone(&self) -> Self {
         Self {
@@ -444,12 +484,4 @@ impl<A: Element> fmt::Debug for Variable<A> {
             .field("version", &current.version())
             .finish()
     }
-}
-
-/// The value handed to `write` by `assign`-like callers: present on every attempt, because a
-/// lost attempt's version was never shared and gives its tensor back.
-fn take<A>(spare: &mut Option<ArrayD<A>>) -> ArrayD<A> {
-    spare
-        .take()
-        .expect("write() returns the tensor of every lost attempt")
 }

@@ -1,4 +1,14 @@
-//! Immutable versions of a variable's value.
+//! Immutable versions of a variable's value, and the counts that keep them alive.
+//!
+//! A version is allocated once and reused for the life of its variable: when nobody holds it
+//! any more it goes back to its variable's [pool](crate::pool), and a later write builds its
+//! value in the same struct and buffer. So a steady-state write allocates nothing.
+//!
+//! Who holds a version is counted in `refs`: the head's link, each `prev` link, each
+//! [`VersionRef`] (owned snapshots, store snapshots, a transaction's base), and a retired
+//! link whose count waits in [limbo](crate::limbo) for a grace period. The count that drops
+//! to zero hands the version back to its pool; nothing here frees memory while the variable
+//! lives, so a reader that happens to release the last count never runs a destructor.
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -7,121 +17,62 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 
 use crate::horizon::{self, Oldest};
+use crate::limbo;
+use crate::pool::{Home, Link};
 use crate::record::Record;
-use crate::recycle::Recycler;
-use crate::stats::Counters;
-use std::cell::Cell;
-
-use crate::sync::{epoch, thread_local, AtomicPtr, Ordering};
+use crate::sync::{epoch, fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::Element;
 
 /// One immutable value of a variable. Nobody mutates a published version; a write builds a
-/// new one and swaps the variable's head to it (see [`Head`](crate::head::Head)).
+/// new one (in a recycled struct) and swaps the variable's head to it (see
+/// [`Head`](crate::head::Head)).
+#[repr(C)] // `link` first: pools and orphans hold versions of any element type by it
 pub(crate) struct Version<A: Element> {
+    pub(crate) link: Link,
     pub(crate) data: ArrayD<A>,
     /// Grows by one per commit of this variable; the first version is 0.
     pub(crate) number: u64,
     /// The version's own, or shared by every version of one critical-section commit, so
     /// that they become visible together.
     pub(crate) record: Record,
-    /// The version this one replaced, kept reachable (one strong count, from
-    /// `Arc::into_raw`) until this one commits: a reader that meets this version pending
-    /// falls back to `prev`. The committer (or a helper) swaps it to null and retires it.
+    /// The version this one replaced, or an older one a store snapshot in progress may need
+    /// (one count of it). While this version is pending, readers fall back to it.
     pub(crate) prev: AtomicPtr<Version<A>>,
+    refs: AtomicUsize,
     home: Arc<Home<A>>,
 }
 
-/// A version reachable while a guard (lifetime `'g`) is pinned: a pointer that keeps the
-/// provenance of the `Arc` allocation it was loaded from, so it can take a strong count
-/// ([`to_arc`](Self::to_arc)) that may later drop (and so write to) the version. A `&Version`
-/// cannot: memory reached through a shared reference is read-only to the borrow checker's
-/// models, and miri (Tree Borrows) flags an `Arc` rebuilt from one.
-pub(crate) struct Pinned<'g, A: Element> {
-    ptr: NonNull<Version<A>>,
-    _guard: PhantomData<&'g Version<A>>,
-}
-
-impl<A: Element> Clone for Pinned<'_, A> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<A: Element> Copy for Pinned<'_, A> {}
-
-impl<'g, A: Element> Pinned<'g, A> {
-    /// # Safety
-    /// `ptr` must come from `Arc::into_raw` of a version (the head's and `prev`'s counts do),
-    /// and the version must stay allocated for `'g` (reachable while the guard is pinned).
-    pub(crate) unsafe fn new(ptr: *const Version<A>) -> Self {
-        Self {
-            ptr: NonNull::new(ptr.cast_mut()).expect("a reachable version is not null"),
-            _guard: PhantomData,
-        }
-    }
-
-    /// The version, borrowed for as long as the guard is pinned.
-    pub(crate) fn get(self) -> &'g Version<A> {
-        // SAFETY: `new`'s contract: allocated for `'g`.
-        unsafe { self.ptr.as_ref() }
-    }
-
-    /// The pointer, with its provenance, for a holder of the guard (a [`Snapshot`]) that
-    /// cannot name the guard's lifetime.
-    ///
-    /// [`Snapshot`]: crate::Snapshot
-    pub(crate) fn as_ptr(self) -> *const Version<A> {
-        self.ptr.as_ptr()
-    }
-
-    /// A new strong count on this version.
-    pub(crate) fn to_arc(self) -> Arc<Version<A>> {
-        let raw = self.ptr.as_ptr().cast_const();
-        // SAFETY: `raw` came from `Arc::into_raw` (`new`'s contract) and the version is alive
-        // while we are pinned, so adding a count is sound.
-        unsafe { Arc::increment_strong_count(raw) };
-        // SAFETY: we own the count just added; `raw` carries the allocation's provenance.
-        unsafe { Arc::from_raw(raw) }
-    }
-}
-
-impl<A: Element> std::ops::Deref for Pinned<'_, A> {
-    type Target = Version<A>;
-    fn deref(&self) -> &Version<A> {
-        self.get()
-    }
-}
-
-/// What every version of a variable shares with it, even after the variable is gone: its
-/// counters, and the pool its reclaimed buffers return to.
-#[derive(Default)]
-pub(crate) struct Home<A> {
-    pub(crate) counters: Counters,
-    pub(crate) recycler: Recycler<A>,
-}
-
-impl<A> Home<A> {
-    /// An empty buffer for a dense pass of `len` elements: a reclaimed one when at hand.
-    pub(crate) fn buffer(&self, len: usize) -> Vec<A> {
-        self.recycler.take(len, || self.counters.fresh_buffer())
-    }
-}
-
 impl<A: Element> Version<A> {
-    pub(crate) fn new(data: ArrayD<A>, number: u64, record: Record, home: Arc<Home<A>>) -> Self {
-        home.counters.version_created();
-        Self {
+    /// A new version, owned by the caller (one count), for `home`'s variable.
+    pub(crate) fn allocate(data: ArrayD<A>, home: &Arc<Home<A>>) -> Building<A> {
+        home.counters
+            .version_allocated(data.len() * std::mem::size_of::<A>());
+        let version = Box::new(Self {
+            link: Link::new::<Self>(),
             data,
-            number,
-            record,
+            number: 0,
+            record: Record::pending(),
             prev: AtomicPtr::new(std::ptr::null_mut()),
-            home,
+            refs: AtomicUsize::new(1),
+            home: Arc::clone(home),
+        });
+        Building {
+            ptr: NonNull::from(Box::leak(version)),
         }
     }
 
     /// The commit timestamp; versions handed to users are always committed.
     pub(crate) fn timestamp(&self) -> u64 {
         self.record.timestamp().unwrap_or(0)
+    }
+
+    /// Its variable's pool and counters.
+    pub(crate) fn home(&self) -> &Arc<Home<A>> {
+        &self.home
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<A>()
     }
 
     /// Once this version is committed: unlinks the versions before it that no reader can
@@ -135,7 +86,6 @@ impl<A: Element> Version<A> {
     /// version the oldest snapshot needs is cut. The chain is therefore at most one version
     /// longer than the number of snapshots that ticked since the oldest one in progress.
     pub(crate) fn release_prev(&self, guard: &epoch::Guard) {
-        let ts = self.timestamp();
         debug_assert!(self.record.is_committed());
         // After the commit's clock read: see the `horizon` module docs.
         let oldest = horizon::oldest();
@@ -143,7 +93,7 @@ impl<A: Element> Version<A> {
             self.cut_prev(guard);
             return;
         }
-        self.skip_same_epoch(ts, guard);
+        self.skip_same_epoch(self.timestamp(), guard);
         if let Oldest::At(oldest) = oldest {
             let mut version: &Version<A> = self;
             loop {
@@ -183,7 +133,7 @@ impl<A: Element> Version<A> {
                 // SAFETY: `next` is reachable from `p` while we are pinned, and its count is
                 // held until at least our unpin even if `p` unlinks it now, so adding one is
                 // sound; it becomes the count our link holds.
-                unsafe { Arc::increment_strong_count(next) };
+                unsafe { Pinned::new(next) }.add_count();
             }
             // AcqRel: Acquire takes over the count `prev` held; Release publishes the new
             // link's target to snapshots walking the chain. Acquire on failure: reread.
@@ -191,12 +141,12 @@ impl<A: Element> Version<A> {
                 .prev
                 .compare_exchange(prev, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                // SAFETY: we took over the count our link held on `prev` (from `into_raw`).
-                Ok(_) => retire(unsafe { Arc::from_raw(prev) }, guard),
+                // SAFETY: we took over the count our link held on `prev`.
+                Ok(_) => limbo::retire(unsafe { VersionRef::from_count(prev) }, guard),
                 Err(_) => {
                     if !next.is_null() {
                         // SAFETY: the count we added above, unused.
-                        drop(unsafe { Arc::from_raw(next) });
+                        drop(unsafe { VersionRef::from_count(next) });
                     }
                 }
             }
@@ -209,107 +159,236 @@ impl<A: Element> Version<A> {
         // our commit before the null, so a reader who sees null sees us committed.
         let prev = self.prev.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !prev.is_null() {
-            // SAFETY: a non-null `prev` owns one strong count (from `Arc::into_raw`), and the
-            // swap above moved that count to us alone.
-            retire(unsafe { Arc::from_raw(prev) }, guard);
+            // SAFETY: a non-null `prev` owns one count, and the swap moved it to us alone.
+            limbo::retire(unsafe { VersionRef::from_count(prev) }, guard);
+        }
+    }
+
+    /// Drops one count; the last one hands the version back to its pool.
+    ///
+    /// # Safety
+    /// The caller owns one count of the version at `ptr`, and gives it up.
+    pub(crate) unsafe fn release(ptr: *const Version<A>) {
+        // SAFETY: the caller's count keeps the version alive until the decrement.
+        let version = unsafe { &*ptr };
+        // Release: our use of the version happens-before whoever reuses it.
+        if version.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Acquire: pairs with every other holder's Release decrement.
+        fence(Ordering::Acquire);
+        // The last count: nobody can reach the version any more (a count is taken only
+        // from a holder of one, or under a pin that a retired link's grace period outlives).
+        // Its own `prev` count goes too: anyone pinned who reached that version through us
+        // has unpinned (our last count went through the same grace period or came after it).
+        // Relaxed: exclusive access now.
+        let prev = version.prev.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: the last count was ours: the version is exclusively ours to hand back.
+        unsafe { Home::give_back(ptr.cast_mut()) };
+        if !prev.is_null() {
+            // SAFETY: `prev` held one count, now ours.
+            unsafe { Version::release(prev) };
         }
     }
 }
 
 impl<A: Element> Drop for Version<A> {
     fn drop(&mut self) {
-        self.home.counters.version_dropped();
-        let data = std::mem::replace(&mut self.data, empty());
-        self.home.recycler.give(data.into_raw_vec_and_offset().0);
-        // Relaxed: `drop` has exclusive access (the last `Arc` count was released with the
-        // ordering that makes every earlier write to this version visible here).
-        let prev = self.prev.load(Ordering::Relaxed);
-        if !prev.is_null() {
-            // A version is freed only after every thread that could reach it has unpinned:
-            // its last count goes either through the epoch (a retired link) or to an owner
-            // that took it while pinned after that. So nobody pinned can be at `prev` through
-            // us any more, and anyone who reaches it another way does so through a link that
-            // holds its own count: our count can go at once, without a pin (which a drop run
-            // by crossbeam-epoch's own teardown may not take).
-            // SAFETY: a non-null `prev` owns one strong count, and we are its last holder.
-            drop(unsafe { Arc::from_raw(prev) });
+        // Freed only by its pool (trimmed, or the variable gone): nobody holds it.
+        // Relaxed: exclusive access.
+        debug_assert!(self.prev.load(Ordering::Relaxed).is_null());
+        self.home.counters.version_freed(self.bytes());
+    }
+}
+
+/// A version reachable while a guard (lifetime `'g`) is pinned: a pointer that keeps the
+/// provenance of the allocation it was loaded from, so that a count taken through it
+/// ([`to_ref`](Self::to_ref)) may later hand the version back (and so write to it). A
+/// `&Version` cannot: memory reached through a shared reference is read-only to the borrow
+/// checker's models, and miri (Tree Borrows) flags a write through one.
+pub(crate) struct Pinned<'g, A: Element> {
+    ptr: NonNull<Version<A>>,
+    _guard: PhantomData<&'g Version<A>>,
+}
+
+impl<A: Element> Clone for Pinned<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A: Element> Copy for Pinned<'_, A> {}
+
+impl<'g, A: Element> Pinned<'g, A> {
+    /// # Safety
+    /// `ptr` must come from a version's allocation (heads and links hold such pointers), and
+    /// the version must stay allocated, unreused, for `'g` (reachable while the guard is
+    /// pinned, or counted).
+    pub(crate) unsafe fn new(ptr: *const Version<A>) -> Self {
+        Self {
+            ptr: NonNull::new(ptr.cast_mut()).expect("a reachable version is not null"),
+            _guard: PhantomData,
         }
     }
-}
 
-impl<A: Element> Version<A> {
-    /// Takes the tensor back out of a version nobody else has seen (a lost install).
-    pub(crate) fn into_data(mut self) -> ArrayD<A> {
-        std::mem::replace(&mut self.data, empty())
+    /// The version, borrowed for as long as the guard is pinned.
+    pub(crate) fn get(self) -> &'g Version<A> {
+        // SAFETY: `new`'s contract: allocated for `'g`.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The pointer, with its provenance, for a holder of the guard (a [`Snapshot`]) that
+    /// cannot name the guard's lifetime.
+    ///
+    /// [`Snapshot`]: crate::Snapshot
+    pub(crate) fn as_ptr(self) -> *const Version<A> {
+        self.ptr.as_ptr()
+    }
+
+    /// A new count on this version, owned by the caller.
+    pub(crate) fn to_ref(self) -> VersionRef<A> {
+        self.add_count();
+        // SAFETY: the count just added is the caller's.
+        unsafe { VersionRef::from_count(self.ptr.as_ptr()) }
+    }
+
+    /// Adds a count for a link about to be stored.
+    fn add_count(self) {
+        // Relaxed: a new count needs no ordering (like `Arc::clone`): the version is alive
+        // (reachable while we are pinned, through a link or a head that holds a count, whose
+        // release after a grace period our pin outlasts), so the count is not zero.
+        self.get().refs.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// An empty tensor, which allocates nothing.
-fn empty<A: Element>() -> ArrayD<A> {
-    ArrayD::default(ndarray::IxDyn(&[0]))
-}
-
-/// Drops `version`'s count once every thread pinned now has unpinned.
-///
-/// crossbeam-epoch keeps deferred drops in a per-thread bag of up to 64 and offers them for
-/// reclamation only when the bag fills or is flushed. Left alone, that holds up to 64
-/// versions per thread however large they are (a 1K f32 variable under 4 writers kept ~600
-/// alive). So each thread flushes once it has retired [`FLUSH_BYTES`] or [`FLUSH_COUNT`]
-/// versions since its last flush: large tensors at once, small ones in small batches.
-pub(crate) fn retire<A: Element>(version: Arc<Version<A>>, guard: &epoch::Guard) {
-    let bytes = version.data.len() * std::mem::size_of::<A>();
-    guard.defer(move || drop(version));
-    if bytes >= FLUSH_BYTES {
-        RETIRED_LARGE.with(|large| large.set(true));
-    }
-    let flush = RETIRED.with(|retired| {
-        let (total, count) = retired.get();
-        let (total, count) = (total + bytes, count + 1);
-        let flush = total >= FLUSH_BYTES || count >= FLUSH_COUNT;
-        retired.set(if flush { (0, 0) } else { (total, count) });
-        flush
-    });
-    if flush {
-        guard.flush();
+impl<A: Element> std::ops::Deref for Pinned<'_, A> {
+    type Target = Version<A>;
+    fn deref(&self) -> &Version<A> {
+        self.get()
     }
 }
 
-/// Frees, now, the large versions this thread retired during its last write, if no reader
-/// still holds them. Call with no guard of the write still pinned.
-///
-/// A retired version is freed once the global epoch has advanced twice past its retirement,
-/// and each flush advances it at most once. Left to later writes, that kept a variable
-/// cycling through three buffers, and at 4 MiB three buffers plus a delta spill out of
-/// cache (measured on 2 cores: 250-400 us a single-threaded pass instead of 170 us). Two
-/// fresh pins and flushes make both advances now whenever no reader is pinned in an older
-/// epoch, so the next pass writes into the buffer the last one read from. Small versions are
-/// left to the batched flushes of [`retire`]: for them the pins would cost more than they save.
-pub(crate) fn reclaim_retired() {
-    if RETIRED_LARGE.with(|large| large.replace(false)) {
-        for _ in 0..2 {
-            epoch::pin().flush();
+/// One owned count of a version: it stays as it is (and allocated) while this lives.
+pub(crate) struct VersionRef<A: Element> {
+    ptr: NonNull<Version<A>>,
+}
+
+// SAFETY: a counted version is immutable and its count is atomic; `Version<A>`'s parts are
+// `Send + Sync` for `A: Element` (which is `Send + Sync`).
+unsafe impl<A: Element> Send for VersionRef<A> {}
+// SAFETY: as above.
+unsafe impl<A: Element> Sync for VersionRef<A> {}
+
+impl<A: Element> VersionRef<A> {
+    /// # Safety
+    /// The caller owns one count of the version at `ptr` and hands it to the new value.
+    pub(crate) unsafe fn from_count(ptr: *const Version<A>) -> Self {
+        Self {
+            ptr: NonNull::new(ptr.cast_mut()).expect("a counted version is not null"),
         }
-        // A drop run by these flushes may have retired (and flagged) a `prev` of its own;
-        // that one waits for the usual flushes rather than costing the next write two more.
-        RETIRED_LARGE.with(|large| large.set(false));
+    }
+
+    /// Gives up the count without releasing it (it moves into a link).
+    pub(crate) fn into_raw(self) -> *mut Version<A> {
+        let ptr = self.ptr.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const Version<A> {
+        self.ptr.as_ptr()
+    }
+
+    /// The version, pinned by our count rather than a guard.
+    pub(crate) fn pinned(&self) -> Pinned<'_, A> {
+        // SAFETY: our count keeps it allocated and unreused while `self` is borrowed.
+        unsafe { Pinned::new(self.ptr.as_ptr()) }
     }
 }
 
-// Retired bytes and versions since this thread last flushed its garbage bag; and whether
-// its last retired version was large.
-#[cfg(not(loom))]
-thread_local! {
-    static RETIRED: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-    static RETIRED_LARGE: Cell<bool> = const { Cell::new(false) };
+impl<A: Element> Clone for VersionRef<A> {
+    fn clone(&self) -> Self {
+        self.pinned().to_ref()
+    }
 }
 
-#[cfg(loom)] // loom's thread_local! has no `const` form
-thread_local! {
-    static RETIRED: Cell<(usize, usize)> = Cell::new((0, 0));
-    static RETIRED_LARGE: Cell<bool> = Cell::new(false);
+impl<A: Element> std::ops::Deref for VersionRef<A> {
+    type Target = Version<A>;
+    fn deref(&self) -> &Version<A> {
+        // SAFETY: our count keeps it allocated and unreused.
+        unsafe { self.ptr.as_ref() }
+    }
 }
 
-/// Flush the thread's garbage bag once this many bytes were retired since the last flush.
-const FLUSH_BYTES: usize = 64 * 1024;
-/// ... or this many versions.
-const FLUSH_COUNT: usize = 8;
+impl<A: Element> Drop for VersionRef<A> {
+    fn drop(&mut self) {
+        // SAFETY: we own one count, and give it up.
+        unsafe { Version::release(self.ptr.as_ptr()) };
+    }
+}
+
+/// A version that only its builder can see (taken from the pool or just allocated), with one
+/// count: it may be changed freely until it is installed.
+pub(crate) struct Building<A: Element> {
+    ptr: NonNull<Version<A>>,
+}
+
+// SAFETY: exclusively owned; the version's parts are `Send` for `A: Element`.
+unsafe impl<A: Element> Send for Building<A> {}
+
+impl<A: Element> Building<A> {
+    /// # Safety
+    /// The version at `ptr` must be a pooled one: unreachable by anyone else, no count.
+    pub(crate) unsafe fn from_pooled(ptr: *mut Version<A>) -> Self {
+        // SAFETY: the caller's contract: exclusively ours.
+        let version = unsafe { &mut *ptr };
+        // Relaxed: exclusively ours; whoever we publish it to synchronises with the install.
+        version.refs.store(1, Ordering::Relaxed);
+        // Relaxed: exclusive access.
+        debug_assert!(version.prev.load(Ordering::Relaxed).is_null());
+        Self {
+            ptr: NonNull::new(ptr).expect("a pooled version is not null"),
+        }
+    }
+
+    /// Takes back a version that [`into_raw`](Self::into_raw) gave away and nobody saw.
+    ///
+    /// # Safety
+    /// `ptr` comes from `into_raw`, and nobody else has seen it since.
+    pub(crate) unsafe fn from_raw(ptr: *mut Version<A>) -> Self {
+        Self {
+            ptr: NonNull::new(ptr).expect("a built version is not null"),
+        }
+    }
+
+    /// Gives the version (and its count) to whoever stores the pointer.
+    pub(crate) fn into_raw(self) -> *mut Version<A> {
+        let ptr = self.ptr.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+}
+
+impl<A: Element> std::ops::Deref for Building<A> {
+    type Target = Version<A>;
+    fn deref(&self) -> &Version<A> {
+        // SAFETY: exclusively ours.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<A: Element> std::ops::DerefMut for Building<A> {
+    fn deref_mut(&mut self) -> &mut Version<A> {
+        // SAFETY: exclusively ours.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<A: Element> Drop for Building<A> {
+    /// A version that was never published goes straight back to its pool.
+    fn drop(&mut self) {
+        // Never seen by anyone: no grace period needed.
+        // SAFETY: our count is the only one.
+        unsafe { Version::release(self.ptr.as_ptr()) };
+    }
+}

@@ -15,20 +15,22 @@ use common::scaled;
 #[test]
 fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
     let store = Store::new();
+    // 128 KiB versions: their pool keeps one spare, so the count below is exact.
+    let len = scaled(2, 16 * 1024);
     let w = store
-        .variable("w", ArrayD::<i64>::zeros(IxDyn(&[2])))
+        .variable("w", ArrayD::<i64>::zeros(IxDyn(&[len])))
         .unwrap();
-    let ones = ArrayD::<i64>::ones(IxDyn(&[2]));
+    let ones = ArrayD::<i64>::ones(IxDyn(&[len]));
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let snap = store.snapshot();
                 let seen = snap.get::<i64>("w").unwrap();
-                assert_eq!(seen[[1]], seen.version() as i64);
+                assert_eq!(seen[[len - 1]], seen.version() as i64);
             }
         });
-        for _ in 0..scaled(50, 20_000) {
+        for _ in 0..scaled(50, 3_000) {
             w.assign_add(&ones).unwrap();
         }
         done.store(true, Ordering::Release);
@@ -40,5 +42,6 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
     for _ in 0..4 {
         crossbeam_epoch::pin().flush();
     }
-    assert!(w.stats().live_versions <= 2, "{:?}", w.stats());
+    // The current one, a spare, and the one the last write replaced.
+    assert!(w.stats().live_versions <= 3, "{:?}", w.stats());
 }

@@ -2,7 +2,7 @@
 //! no writer is left parked. (Under loom every waiter parks with no timeout, and a combiner
 //! hands over after one pass, so a missed wake-up or hand-off is a reported deadlock.)
 
-#![cfg(loom)]
+#![cfg(mvtensor_loom)]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! Models of the commit queue: ticket order and hand-off, all-or-nothing visibility, and
 //! plain writes queuing behind an execution.
 
-#![cfg(loom)]
+#![cfg(mvtensor_loom)]
 
 mod common;
 

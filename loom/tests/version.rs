@@ -1,7 +1,7 @@
 //! Models of the single-variable protocol: publish (install + commit), wait-free read,
 //! help-to-commit, and retirement through the epoch.
 
-#![cfg(loom)]
+#![cfg(mvtensor_loom)]
 
 mod common;
 

@@ -30,11 +30,11 @@ pub(crate) use claims::Claims;
 pub use txn::Txn;
 
 use crate::error::Error;
+use crate::limbo::reclaim_now;
 use crate::running::{Inside, Running};
 use crate::stats::SectionStats;
 use crate::sync::next_id;
 use crate::ticket::{Ticket, TicketQueue};
-use crate::version::reclaim_retired;
 use crate::{Element, Variable};
 
 /// What a section needs from a variable without knowing its element type.
@@ -244,7 +244,7 @@ impl CriticalSection {
             };
             inner.submit(&mut Job::new(&mut run));
         }
-        reclaim_retired();
+        reclaim_now();
         match outcome.expect("a committed batch ran every job it took") {
             Ok(result) => result,
             Err(panic) => panic::resume_unwind(panic),

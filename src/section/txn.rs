@@ -11,7 +11,7 @@ use crate::error::{check_shape, Error, Result};
 use crate::kernel::{self, Delta, Sign};
 use crate::record::{CommitRecord, Record};
 use crate::sync::epoch;
-use crate::version::Version;
+use crate::version::{Building, VersionRef};
 use crate::{Element, Variable};
 
 /// The view an execution of a [`CriticalSection`](crate::CriticalSection) works through.
@@ -59,19 +59,34 @@ struct TypedEntry<A: Element> {
     variable: Variable<A>,
     resource: bool,
     /// The version the execution read; for a resource, the head until we commit.
-    base: Arc<Version<A>>,
-    staged: Option<ArrayD<A>>,
+    base: VersionRef<A>,
+    /// The next version, built in a pooled one, unpublished.
+    staged: Option<Building<A>>,
     /// What `staged` was when the current execution first wrote it, for a rollback.
-    checkpoint: Option<Option<ArrayD<A>>>,
-    installed: Option<Arc<Version<A>>>,
+    checkpoint: Option<Option<Building<A>>>,
+    installed: Option<VersionRef<A>>,
 }
 
 impl<A: Element> TypedEntry<A> {
-    fn stage(&mut self, value: ArrayD<A>) {
+    /// The value this execution sees: its own staged write, or the base.
+    fn current(&self) -> &ArrayD<A> {
+        self.staged
+            .as_ref()
+            .map_or(&self.base.data, |staged| &staged.data)
+    }
+
+    /// A pooled version to build the next staged value in.
+    fn building(&self) -> Building<A> {
+        self.variable.inner.building(self.current())
+    }
+
+    fn stage(&mut self, value: Building<A>) {
         let before = self.staged.replace(value);
         if self.checkpoint.is_none() {
             self.checkpoint = Some(before);
         }
+        // A value staged and replaced within one execution goes back to the pool as
+        // `before` drops (unless it is the checkpoint).
     }
 }
 
@@ -86,8 +101,7 @@ impl<'s> Txn<'s> {
 
     /// The variable's value in this execution: its own staged write, or the current value.
     pub fn read<A: Element>(&mut self, variable: &Variable<A>) -> &ArrayD<A> {
-        let entry = self.entry(variable);
-        entry.staged.as_ref().unwrap_or(&entry.base.data)
+        self.entry(variable).current()
     }
 
     /// Stages `value` as the variable's new value.
@@ -98,7 +112,10 @@ impl<'s> Txn<'s> {
     pub fn assign<A: Element>(&mut self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
         self.check_resource(variable)?;
         variable.check_new_shape(value.shape())?;
-        self.entry(variable).stage(kernel::standard(value));
+        let entry = self.entry(variable);
+        let mut next = entry.building();
+        next.data = kernel::standard(value);
+        entry.stage(next);
         Ok(())
     }
 
@@ -137,9 +154,12 @@ impl<'s> Txn<'s> {
         f: impl FnOnce(&ArrayD<A>) -> ArrayD<A>,
     ) -> Result<()> {
         self.check_resource(variable)?;
-        let next = f(self.read(variable));
-        variable.check_new_shape(next.shape())?;
-        self.entry(variable).stage(kernel::standard(next));
+        let value = f(self.read(variable));
+        variable.check_new_shape(value.shape())?;
+        let entry = self.entry(variable);
+        let mut next = entry.building();
+        next.data = kernel::standard(value);
+        entry.stage(next);
         Ok(())
     }
 
@@ -151,10 +171,13 @@ impl<'s> Txn<'s> {
     ) -> Result<()> {
         self.check_resource(variable)?;
         let entry = self.entry(variable);
-        let current = entry.staged.as_ref().unwrap_or(&entry.base.data);
-        check_shape(variable.name(), current.shape(), delta.shape())?;
-        let out = variable.inner.home.buffer(current.len());
-        let next = kernel::apply(current, &[Delta { data: delta, sign }], out);
+        check_shape(variable.name(), entry.current().shape(), delta.shape())?;
+        let mut next = entry.building();
+        kernel::apply(
+            entry.current(),
+            &[Delta { data: delta, sign }],
+            &mut next.data,
+        );
         entry.stage(next);
         Ok(())
     }
@@ -191,7 +214,7 @@ impl<'s> Txn<'s> {
                 self.entries.push(Box::new(TypedEntry {
                     variable: variable.clone(),
                     resource,
-                    base: base.to_arc(),
+                    base: base.to_ref(),
                     staged: None,
                     checkpoint: None,
                     installed: None,
@@ -264,7 +287,7 @@ impl<A: Element> Entry for TypedEntry<A> {
         let current = self.variable.inner.head.current(guard);
         current.settle(guard); // we hold the ticket: only a slipped-in free write
         assert!(
-            std::ptr::eq(current.version.as_ptr(), Arc::as_ptr(&self.base)),
+            std::ptr::eq(current.version.as_ptr(), self.base.as_ptr()),
             "a queued variable changed while its tickets were held"
         );
     }
@@ -276,26 +299,19 @@ impl<A: Element> Entry for TypedEntry<A> {
     }
 
     fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool {
-        let Some(data) = self.staged.take() else {
+        let Some(mut new) = self.staged.take() else {
             return false;
         };
         let inner = &self.variable.inner;
-        let mut new = Arc::new(Version::new(
-            data,
-            self.base.number + 1,
-            Record::Shared(Arc::clone(record)),
-            Arc::clone(&inner.home),
-        ));
+        new.number = self.base.number + 1;
+        new.record = Record::Shared(Arc::clone(record));
         loop {
             let current = inner.head.current(guard);
             // `check` saw the base settled at the head, and only we may change it now.
-            debug_assert!(std::ptr::eq(
-                current.version.as_ptr(),
-                Arc::as_ptr(&self.base)
-            ));
+            debug_assert!(std::ptr::eq(current.version.as_ptr(), self.base.as_ptr()));
             match inner.head.install(&current, new, guard) {
                 Ok(installed) => {
-                    self.installed = Some(installed.to_arc());
+                    self.installed = Some(installed.to_ref());
                     return true;
                 }
                 // Only the queued mark can have changed (another section claiming or
@@ -308,7 +324,9 @@ impl<A: Element> Entry for TypedEntry<A> {
     fn finish(&mut self, guard: &epoch::Guard) {
         if let Some(installed) = self.installed.take() {
             installed.release_prev(guard);
-            self.variable.inner.home.counters.committed();
+            self.variable
+                .inner
+                .published(installed.number, installed.bytes());
         }
     }
 }

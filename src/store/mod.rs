@@ -67,7 +67,7 @@ pub(crate) trait ErasedVariable: Send + Sync {
 
 /// A variable as of a snapshot's clock value.
 pub(crate) enum At {
-    /// This version, type-erased (an `Arc<Version<A>>`).
+    /// This version, type-erased (a `VersionRef<A>`).
     Version(snapshot::Captured),
     /// The variable was created after the snapshot's clock value.
     NotYetCreated,
@@ -81,7 +81,7 @@ impl<A: Element> ErasedVariable for Inner<A> {
     }
     fn version_at(&self, at: u64, guard: &epoch::Guard) -> At {
         match self.head.visible_at(at, guard) {
-            head::At::Version(version) => At::Version(snapshot::Captured::new(version.to_arc())),
+            head::At::Version(version) => At::Version(snapshot::Captured::new(version.to_ref())),
             head::At::NotYetCreated => At::NotYetCreated,
             head::At::Unlinked => At::Unlinked,
         }

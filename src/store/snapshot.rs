@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::horizon::Registration;
 use crate::record;
 use crate::sync::epoch;
-use crate::version::Version;
+use crate::version::VersionRef;
 use crate::{DType, Element, OwnedSnapshot};
 
 /// A consistent cut through a [`Store`](crate::Store), from
@@ -50,7 +50,7 @@ pub struct StoreSnapshot {
 /// One variable's version in a snapshot, type-erased.
 #[derive(Clone)]
 pub(crate) struct Captured {
-    /// An `Arc<Version<A>>`.
+    /// A `VersionRef<A>`.
     version: Arc<dyn Any + Send + Sync>,
     dtype: DType,
     shape: Vec<usize>,
@@ -58,12 +58,12 @@ pub(crate) struct Captured {
 }
 
 impl Captured {
-    pub(crate) fn new<A: Element>(version: Arc<Version<A>>) -> Self {
+    pub(crate) fn new<A: Element>(version: VersionRef<A>) -> Self {
         Self {
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             number: version.number,
-            version,
+            version: Arc::new(version),
         }
     }
 }
@@ -87,7 +87,7 @@ impl StoreSnapshot {
                     At::NotYetCreated => {}
                     At::Unlinked => {
                         // Writers keep what we need linked; tests and loom models fail here.
-                        if cfg!(any(debug_assertions, loom)) {
+                        if cfg!(any(debug_assertions, mvtensor_loom)) {
                             panic!("`{name}`: a version a snapshot needs was unlinked");
                         }
                         complete = false;
@@ -176,14 +176,16 @@ impl SnapshotEntry<'_> {
     /// # Errors
     /// [`Error::DTypeMismatch`] if it holds another element type than `A`.
     pub fn get<A: Element>(&self) -> Result<OwnedSnapshot<A>> {
-        let version = Arc::clone(&self.entry.version)
-            .downcast::<Version<A>>()
-            .map_err(|_| Error::DTypeMismatch {
+        let version = self
+            .entry
+            .version
+            .downcast_ref::<VersionRef<A>>()
+            .ok_or_else(|| Error::DTypeMismatch {
                 variable: self.name.to_owned(),
                 expected: A::DTYPE,
                 found: self.entry.dtype,
             })?;
-        Ok(OwnedSnapshot::new(version))
+        Ok(OwnedSnapshot::new(version.clone()))
     }
 }
 
