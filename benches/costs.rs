@@ -12,7 +12,7 @@ mod harness;
 
 use std::time::Instant;
 
-use harness::costs::{measure, CostPlan};
+use harness::costs::{measure, CostPlan, Op};
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -68,6 +68,11 @@ fn main() {
             targets.join("; ")
         );
     }
+    let machine = costs.ns(Op::PlMutexTwoThreads) / costs.ns(Op::PlMutex(1 << 10));
+    println!(
+        "note: two threads on two parking_lot mutexes cost {machine:.2}x one thread here: \
+         the machine's own share of the two-thread ratio"
+    );
     println!(
         "targets: {met} met, {missed} missed ({:.1} s)",
         started.elapsed().as_secs_f64()

@@ -12,6 +12,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::thread;
 
+use crossbeam_utils::CachePadded;
 use mvtensor::Variable;
 use ndarray::{arr0, ArrayD};
 
@@ -223,9 +224,10 @@ impl Probe for Increments {
 }
 
 /// Two threads, each adding ones to its own subject. Each thread warms up (a quarter of
-/// its operations, untimed) and waits for the other before its timed loop.
+/// its operations, untimed) and waits for the other before its timed loop. The subjects
+/// are cache-padded, so that two locks side by side do not share a cache line.
 struct TwoThreads<S> {
-    s: [S; 2],
+    s: [CachePadded<S>; 2],
     d: ArrayD<f32>,
     ops: u64,
     adds: u64,
@@ -273,7 +275,10 @@ fn dense<S: Subject + 'static>(n: usize, ops: u64) -> Box<dyn Probe> {
 
 fn two_threads<S: Subject + 'static>(ops: u64) -> Box<dyn Probe> {
     Box::new(TwoThreads {
-        s: [S::new(initial(SMALL)), S::new(initial(SMALL))],
+        s: [
+            CachePadded::new(S::new(initial(SMALL))),
+            CachePadded::new(S::new(initial(SMALL))),
+        ],
         d: ones(SMALL),
         ops,
         adds: 0,

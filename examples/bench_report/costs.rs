@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::format::{ratio, verdict};
+use crate::harness::costs::Op;
 use crate::report::Report;
 
 /// Nanoseconds with a readable unit and about three significant digits.
@@ -59,5 +60,13 @@ impl Report<'_> {
             );
         }
         let _ = writeln!(s);
+        let machine = costs.ns(Op::PlMutexTwoThreads) / costs.ns(Op::PlMutex(1 << 10));
+        let _ = writeln!(
+            s,
+            "Two threads each updating its own parking_lot mutex cost {} one thread's CPU per \
+             update here: that much of the two-thread ratio is the machine (its cores need \
+             not run at the same speed), not mvtensor.\n",
+            ratio(machine)
+        );
     }
 }
