@@ -11,6 +11,7 @@
 //! includer uses only part of it.
 #![allow(dead_code)]
 
+pub mod costs;
 pub mod sections;
 pub mod subjects;
 pub mod workloads;

@@ -15,6 +15,7 @@
 mod harness;
 
 mod cli;
+mod costs;
 mod environment;
 mod format;
 mod goals;

@@ -64,6 +64,7 @@ impl Report<'_> {
         let goals = self.goals();
         self.goal_table(&mut s, &goals);
         self.bandwidth_table(&mut s);
+        self.cost_section(&mut s);
         self.dense_section(&mut s, Dense::ReadMostly);
         self.dense_section(&mut s, Dense::WriteHeavy);
         self.dense_section(&mut s, Dense::TrainerStep);

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::harness::costs::{self, CostPlan, Costs};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
 use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
 use crate::harness::{median, Budget, Variant, SIZES, THREADS};
@@ -23,6 +24,8 @@ pub(crate) struct Plan {
     pub(crate) memory: Duration,
     /// One bandwidth measurement.
     pub(crate) bandwidth: Duration,
+    /// The cost-per-operation table (a few seconds at scale 1).
+    pub(crate) costs: CostPlan,
 }
 
 impl Plan {
@@ -36,6 +39,7 @@ impl Plan {
             section: ms(100.0),
             memory: ms(1500.0),
             bandwidth: ms(250.0),
+            costs: CostPlan { rounds: 11, scale },
         }
     }
 }
@@ -64,6 +68,8 @@ pub(crate) struct Results {
     pub(crate) sections: HashMap<(Body, usize, SectionVariant), f64>,
     /// By (elements, variant): every variant at 1M, mvtensor also at the smaller sizes.
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
+    /// CPU ns per operation beside the same run's floor.
+    pub(crate) costs: Costs,
 }
 
 fn progress(started: Instant, what: &str) {
@@ -88,6 +94,9 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
             bw.insert((n, threads), bandwidth(n, threads, plan.bandwidth));
         }
     }
+
+    progress(started, "cost per operation");
+    let costs = costs::measure(plan.costs);
 
     let mut dense = HashMap::new();
     let mut batch = HashMap::new();
@@ -181,6 +190,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         latency,
         sections,
         memory,
+        costs,
     }
 }
 
