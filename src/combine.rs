@@ -119,12 +119,12 @@ impl<A: 'static> Combiner<A> {
     /// includes it, or `None` if the writer must apply it on its own.
     pub(crate) fn submit(&self, op: &mut Op<'_, A>, publish: &impl Publish<A>) -> Option<u64> {
         // Uncontended: take the flag and apply our delta with whatever else is pending.
+        let parks = op.delta.len() * std::mem::size_of::<A>() >= PARK_BYTES;
         if self.ops.try_lock() {
-            self.hold(Some(erase(op)), publish);
+            self.hold(Some(erase(op)), parks, publish);
             // Relaxed: we set it ourselves, in `hold`.
             return decode(op.outcome.load(Ordering::Relaxed));
         }
-        let parks = op.delta.len() * std::mem::size_of::<A>() >= PARK_BYTES;
         if parks {
             op.waiter = Some(current_thread()); // published with the op by `push`
         }
@@ -142,7 +142,7 @@ impl<A: 'static> Combiner<A> {
                 return decode(outcome);
             }
             if self.ops.try_lock() {
-                self.hold(None, publish);
+                self.hold(None, parks, publish);
             } else if !parks {
                 backoff.snooze();
             } else if spins < SPINS {
@@ -156,7 +156,11 @@ impl<A: 'static> Combiner<A> {
 
     /// Runs combining passes while holding the flag, then lets go of it without stranding
     /// an announced op (see the module docs).
-    fn hold(&self, mut mine: Option<*mut Op<'static, A>>, publish: &impl Publish<A>) {
+    ///
+    /// `parks` says whether this variable's waiters park (its deltas are large; every delta
+    /// of a combined variable has its shape). Waiters that spin take the flag themselves once
+    /// it is free, so then the look-again after letting go, and its fence, are not needed.
+    fn hold(&self, mut mine: Option<*mut Op<'static, A>>, parks: bool, publish: &impl Publish<A>) {
         let mut passes = 0;
         loop {
             let flag = Flag(self); // ours now; dropping it lets go, also on unwind
@@ -181,9 +185,12 @@ impl<A: 'static> Combiner<A> {
                 return;
             }
             drop(flag);
+            if !parks {
+                return;
+            }
             // None was pending when we looked, but a writer may have pushed since and seen
-            // the flag still held: look again now that it is free. The fence is the
-            // combiner's half of the Dekker check.
+            // the flag still held, and parked: look again now that it is free. The fence is
+            // the combiner's half of the Dekker check.
             fence(Ordering::SeqCst);
             if self.ops.looks_empty() || !self.ops.try_lock() {
                 return;

@@ -40,11 +40,26 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
     debug_assert_eq!(out.shape(), base.shape());
     let base = base.as_slice().expect("versions are in standard layout");
     let out = out.as_slice_mut().expect("versions are in standard layout");
-    let copies: SmallVec<[ArrayD<A>; 1]> = deltas
-        .iter()
-        .filter(|d| d.data.as_slice().is_none())
-        .map(|d| d.data.as_standard_layout().into_owned())
-        .collect();
+    // One contiguous delta (an uncontended write): one sweep, no chunking, no lists.
+    if let [Delta { data, sign }] = deltas {
+        if let Some(delta) = data.as_slice() {
+            match sign {
+                Sign::Add => zip_into(out, base, delta, A::add),
+                Sign::Sub => zip_into(out, base, delta, A::sub),
+            }
+            return;
+        }
+    }
+    // Nearly always empty: deltas are contiguous unless the caller made a transposed view.
+    let copies: SmallVec<[ArrayD<A>; 1]> = if deltas.iter().all(|d| d.data.is_standard_layout()) {
+        SmallVec::new()
+    } else {
+        deltas
+            .iter()
+            .filter(|d| d.data.as_slice().is_none())
+            .map(|d| d.data.as_standard_layout().into_owned())
+            .collect()
+    };
     let mut copies = copies.iter();
     let deltas: SmallVec<[(&[A], Sign); 8]> = deltas
         .iter()

@@ -119,7 +119,9 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
             .flatten()
     });
     if let Some(batch) = full {
-        if batch.bytes >= BATCH_BYTES {
+        // Only a large version is worth pushing the epoch for (`reclaim_now`); a batch of
+        // small ones that reached the byte limit is not.
+        if bytes >= BATCH_BYTES {
             SEALED_LARGE.with(|large| large.set(true));
         }
         seal(batch, guard);

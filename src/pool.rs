@@ -57,6 +57,9 @@ pub(crate) struct Home<A: Element> {
     free: AtomicPtr<Link>,
     /// The rest of a list a writer took, parked for the next writer.
     cache: AtomicPtr<Link>,
+    /// Versions that only the holder of the variable's combiner flag takes (see
+    /// [`take_held`](Self::take_held)): a combined pass takes one with no atomic RMW.
+    held: AtomicPtr<Link>,
     pub(crate) counters: Counters,
     _versions: PhantomData<Version<A>>,
 }
@@ -66,6 +69,7 @@ impl<A: Element> Default for Home<A> {
         Self {
             free: AtomicPtr::new(std::ptr::null_mut()),
             cache: AtomicPtr::new(std::ptr::null_mut()),
+            held: AtomicPtr::new(std::ptr::null_mut()),
             counters: Counters::default(),
             _versions: PhantomData,
         }
@@ -98,6 +102,36 @@ impl<A: Element> Home<A> {
         }
         // SAFETY: taken off the lists, nobody else holds it, and its count is the one the
         // last release left at zero: a pooled version has no count, a building one has one.
+        Some(unsafe { Building::from_pooled(list.cast::<Version<A>>()) })
+    }
+
+    /// Like [`take`](Self::take), for the holder of the variable's combiner flag: from a list
+    /// only flag holders use, refilled with a swap when it runs dry (keeping at most `keep`
+    /// versions, freeing the rest). So a combined pass usually takes a version with a load and
+    /// a store.
+    ///
+    /// # Safety
+    /// The caller holds the variable's combiner flag (whose Acquire/Release hand `held` from
+    /// one holder to the next).
+    pub(crate) unsafe fn take_held(&self, keep: usize) -> Option<Building<A>> {
+        // Relaxed (both): only flag holders touch `held`, ordered by the flag.
+        let mut list = self.held.load(Ordering::Relaxed);
+        if list.is_null() {
+            // Acquire: as in `take`.
+            list = self.cache.swap(std::ptr::null_mut(), Ordering::Acquire);
+            if list.is_null() {
+                list = self.free.swap(std::ptr::null_mut(), Ordering::Acquire);
+            }
+            if list.is_null() {
+                return None;
+            }
+            // SAFETY: swapped out, the list is ours.
+            unsafe { keep_first(list, keep.max(1)) };
+        }
+        // SAFETY: the list is ours (the flag's). Relaxed: ours alone.
+        let rest = unsafe { (*list).next.swap(std::ptr::null_mut(), Ordering::Relaxed) };
+        self.held.store(rest, Ordering::Relaxed);
+        // SAFETY: as in `take`.
         Some(unsafe { Building::from_pooled(list.cast::<Version<A>>()) })
     }
 
@@ -166,27 +200,13 @@ impl<A: Element> Home<A> {
         let Some(first) = node(list) else {
             return;
         };
-        let (mut last_kept, mut kept) = (first, 1);
-        // SAFETY: the list is ours. Relaxed: ours alone.
-        while let Some(next) = node(unsafe { (*last_kept).next.load(Ordering::Relaxed) }) {
-            if kept >= keep {
-                // SAFETY: ours; detach and free the rest.
-                unsafe {
-                    (*last_kept)
-                        .next
-                        .store(std::ptr::null_mut(), Ordering::Relaxed);
-                    free_list(next);
-                }
-                break;
-            }
-            last_kept = next;
-            kept += 1;
-        }
         if keep == 0 {
             // SAFETY: ours.
             unsafe { free_list(first) };
             return;
         }
+        // SAFETY: ours.
+        unsafe { keep_first(first, keep) };
         // AcqRel: as in `take`.
         let displaced = self.cache.swap(first, Ordering::AcqRel);
         if !displaced.is_null() {
@@ -197,7 +217,7 @@ impl<A: Element> Home<A> {
     /// The variable is gone: frees what the pool holds, and sends what comes back later to
     /// the orphans.
     pub(crate) fn close(&self) {
-        for list in [&self.free, &self.cache] {
+        for list in [&self.free, &self.cache, &self.held] {
             // Acquire: as in `take`.
             let taken = list.swap(closed(), Ordering::Acquire);
             // SAFETY: swapped out, the list is ours.
@@ -219,6 +239,29 @@ fn tail(list: *mut Link) -> *mut Link {
 /// A list pointer as an `Option`: null and the closed mark are the end.
 fn node(link: *mut Link) -> Option<*mut Link> {
     (!link.is_null() && link != closed()).then_some(link)
+}
+
+/// Keeps the first `keep` (at least one) versions of a non-empty list and frees the rest.
+///
+/// # Safety
+/// The list and its versions are exclusively the caller's.
+unsafe fn keep_first(list: *mut Link, keep: usize) {
+    let (mut last_kept, mut kept) = (list, 1);
+    // SAFETY: the list is ours. Relaxed: ours alone.
+    while let Some(next) = node(unsafe { (*last_kept).next.load(Ordering::Relaxed) }) {
+        if kept >= keep {
+            // SAFETY: ours; detach and free the rest.
+            unsafe {
+                (*last_kept)
+                    .next
+                    .store(std::ptr::null_mut(), Ordering::Relaxed);
+                free_list(next);
+            }
+            return;
+        }
+        last_kept = next;
+        kept += 1;
+    }
 }
 
 /// Frees every version of a list (null or the closed mark: nothing).

@@ -258,7 +258,7 @@ impl<A: Element> Variable<A> {
     /// [`Error::ShapeMismatch`] as for [`update`](Self::update).
     pub fn fetch_update(&self, mut f: impl FnMut(&ArrayD<A>) -> ArrayD<A>) -> Result<Snapshot<A>> {
         let guard = epoch::pin();
-        let (old, _) = self.write(&guard, |cur, next| {
+        let (old, _) = self.write(&guard, Taker::Anyone, |cur, next| {
             let value = kernel::standard(f(&cur.data));
             self.check_new_shape(value.shape())?;
             next.data = value;
@@ -333,7 +333,9 @@ impl<A: Element> Variable<A> {
         &self,
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
-        let written = self.write(&epoch::pin(), make).map(|(_, new)| new);
+        let written = self
+            .write(&epoch::pin(), Taker::Anyone, make)
+            .map(|(_, new)| new);
         reclaim_now();
         written
     }
@@ -350,6 +352,7 @@ impl<A: Element> Variable<A> {
     fn write<'g>(
         &self,
         guard: &'g epoch::Guard,
+        taker: Taker,
         mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<(Pinned<'g, A>, u64)> {
         let inner = &*self.inner;
@@ -378,7 +381,7 @@ impl<A: Element> Variable<A> {
             };
             let mut building = match next.take() {
                 Some(building) => building,
-                None => inner.building(&current.version.data),
+                None => inner.building(&current.version.data, taker),
             };
             make(current.version.get(), &mut building)?;
             building.number = current.version.number + 1;
@@ -396,6 +399,15 @@ impl<A: Element> Variable<A> {
     }
 }
 
+/// Who takes a version from the pool, and so from which of its lists.
+#[derive(Clone, Copy)]
+pub(crate) enum Taker {
+    /// Any writer: the shared lists, two swaps.
+    Anyone,
+    /// The holder of the variable's combiner flag: its own list, no RMW.
+    FlagHolder,
+}
+
 impl<A: Element> Inner<A> {
     /// After a commit: frees pooled versions beyond what a steady writer needs (the pool
     /// grows while reclamation is held up, and shrinks back here). After every write of a
@@ -408,8 +420,17 @@ impl<A: Element> Inner<A> {
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
     /// (its values are whatever they were: every writer overwrites them all).
-    pub(crate) fn building(&self, like: &ArrayD<A>) -> Building<A> {
-        let mut building = self.home.take().unwrap_or_else(|| {
+    pub(crate) fn building(&self, like: &ArrayD<A>, taker: Taker) -> Building<A> {
+        let taken = match taker {
+            Taker::Anyone => self.home.take(),
+            Taker::FlagHolder => {
+                let keep = limbo::spares(like.len() * std::mem::size_of::<A>());
+                // SAFETY: `Taker::FlagHolder` is only passed by the combining pass, which
+                // holds the combiner flag (see `Publish for Variable`).
+                unsafe { self.home.take_held(keep) }
+            }
+        };
+        let mut building = taken.unwrap_or_else(|| {
             let empty = ArrayD::default(ndarray::IxDyn(&[0]));
             Version::allocate(empty, &self.home)
         });
@@ -429,8 +450,9 @@ impl<A: Element> Publish<A> for Variable<A> {
     fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
         // No `write_now`: the caller reclaims after letting go of the combiner flag
         // (`apply_delta`), so that waiters do not wait for it.
+        // `publish` runs with the combiner flag held: the pass takes from the flag's list.
         let (_, version) = self
-            .write(&epoch::pin(), |cur, next| {
+            .write(&epoch::pin(), Taker::FlagHolder, |cur, next| {
                 kernel::apply(&cur.data, deltas, &mut next.data);
                 Ok(())
             })

@@ -11,6 +11,7 @@ use crate::error::{check_shape, Error, Result};
 use crate::kernel::{self, Delta, Sign};
 use crate::record::{CommitRecord, Record};
 use crate::sync::epoch;
+use crate::variable::Taker;
 use crate::version::{Building, VersionRef};
 use crate::{Element, Variable};
 
@@ -77,7 +78,7 @@ impl<A: Element> TypedEntry<A> {
 
     /// A pooled version to build the next staged value in.
     fn building(&self) -> Building<A> {
-        self.variable.inner.building(self.current())
+        self.variable.inner.building(self.current(), Taker::Anyone)
     }
 
     fn stage(&mut self, value: Building<A>) {
