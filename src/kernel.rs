@@ -121,7 +121,8 @@ fn zip_into<A: Copy>(out: &mut [A], a: &[A], b: &[A], op: impl Fn(A, A) -> A) {
 
 /// `value` in standard layout, without a copy when it already is.
 pub(crate) fn standard<A: Element>(value: ArrayD<A>) -> ArrayD<A> {
-    if value.is_standard_layout() {
+    // A scalar or a vector is always laid out in order (and ndarray's check is not free).
+    if value.ndim() <= 1 && value.as_slice().is_some() || value.is_standard_layout() {
         value
     } else {
         value.as_standard_layout().into_owned()

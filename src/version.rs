@@ -181,8 +181,12 @@ impl<A: Element> Version<A> {
         // from a holder of one, or under a pin that a retired link's grace period outlives).
         // Its own `prev` count goes too: anyone pinned who reached that version through us
         // has unpinned (our last count went through the same grace period or came after it).
-        // Relaxed: exclusive access now.
-        let prev = version.prev.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        // Relaxed (both): exclusive access now. A load, and a store only when there is a
+        // link: no read-modify-write on the path every retired version takes.
+        let prev = version.prev.load(Ordering::Relaxed);
+        if !prev.is_null() {
+            version.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+        }
         // SAFETY: the last count was ours: the version is exclusively ours to hand back.
         unsafe { Home::give_back(ptr.cast_mut()) };
         if !prev.is_null() {
