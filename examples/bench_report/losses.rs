@@ -22,6 +22,31 @@ impl Report<'_> {
         }
         let _ = writeln!(s);
 
+        let _ = writeln!(s, "### Cost targets missed (issue 8)\n");
+        let mut any = false;
+        for row in self.r.costs.rows() {
+            let missed: Vec<String> = row
+                .targets
+                .iter()
+                .filter(|t| !t.met)
+                .map(|t| format!("{} (target {})", ratio(t.ratio), t.text))
+                .collect();
+            if !missed.is_empty() {
+                any = true;
+                let _ = writeln!(
+                    s,
+                    "* **{}**: {}. {}",
+                    row.name,
+                    missed.join("; "),
+                    cost_why(&row.name)
+                );
+            }
+        }
+        if !any {
+            let _ = writeln!(s, "None in this run.");
+        }
+        let _ = writeln!(s);
+
         let _ = writeln!(s, "### Every cell where the best lock beats mvtensor\n");
         let mut lines = Vec::new();
         for w in Dense::ALL {
@@ -86,23 +111,50 @@ impl Report<'_> {
     }
 }
 
+/// Why a cost target of issue 8 is missed, by row name.
+fn cost_why(row: &str) -> &'static str {
+    if row.starts_with("assign_add 1K") {
+        "On top of the add, a write pays an epoch pin, a pool take, the combiner flag, a \
+         clock and horizon read, the head CAS, and its share of one crossbeam `defer` + \
+         `flush` (~300 ns) per 16 retired versions; and it writes into a version retired about \
+         50 writes earlier (the pool cycles about three batches), in L2 rather than L1. \
+         Closing it needs grace periods cheaper than crossbeam's flush (a reuse check per \
+         variable, say), which the product's choice of crossbeam-epoch rules out for now."
+    } else if row.starts_with("assign_add") {
+        "Copy-on-write streams one more tensor than the add in place (the same run's \
+         out-of-place add is the floor), and a large write also pays two epoch flushes to get \
+         the buffer it replaced back before returning."
+    } else if row.starts_with("fetch_update") {
+        "The closure returns a new `ArrayD`: an allocation, a free and ndarray's shape \
+         machinery per call, then the write path's fixed costs. A scalar API that writes in \
+         place into a pooled version (issue 10) is what would close it."
+    } else if row.starts_with("2 threads") {
+        "The two variables share no line but crossbeam-epoch's global state: each thread's \
+         batch flush scans the other's epoch slot and pushes to the global queue. Compare \
+         with the machine's own two-thread ratio printed under the table."
+    } else {
+        ""
+    }
+}
+
 /// The mechanisms behind the losses (the numbers are in the tables above).
 const WHY: &str = r#"
 * **Every write copies the tensor.** mvtensor never changes a published version, so each
   `assign_add` reads the old tensor and writes a new one (copy-on-write), where a lock adds
-  in place. The new one goes into the buffer the previous pass read from (a writer frees the
-  version it replaced before returning when no reader holds it), so a lone writer's working
-  set is two tensors and a delta, but that is still one more stream than the add in place,
-  and each write also pays for a version, a commit and a retirement: dense updates lose in
-  most cells (listed above), already with one thread.
+  in place. Versions are pooled: a large one goes into the buffer the previous pass read from
+  (the version it replaced is back in the pool before the write returns when no reader holds
+  it), so a lone writer's working set is two tensors and a delta, but that is still one more
+  stream than the add in place, and each write also pays fixed costs (see "Cost per
+  operation"): dense updates lose in most cells (listed above), already with one thread.
 * **Combining only helps when writers overlap, and overlap is capped by the cores.** k
   concurrent deltas cost one pass instead of k. With 1 thread it is pure overhead (batch
   1.00). With more threads the batch grows (the "mvtensor batch" columns), but a pass over
   k deltas of k threads reads k + 2 tensors, a working set that outgrows the cache at 1M,
   and the writers waiting for it share the same two cores (they park for large tensors,
   spin and yield for small ones, where a wake-up costs more than the pass).
-* **A tiny execution is mostly commit.** An execution allocates a transaction entry, a new
-  version and a commit record, and ticks the global clock, where the mutex body is one add.
+* **A tiny execution is mostly commit.** An execution boxes a transaction entry, takes a
+  version from the pool, allocates a shared commit record and commits it, where the mutex
+  body is one add (issue 9).
   Under contention, executions that arrive together run as one batch on the thread that
   holds the section and commit once, which removes the hand-offs of a strict FIFO queue
   (before batches, 8 threads on 2 cores managed ~170 k executions/s, every hand-off waiting
@@ -113,9 +165,11 @@ const WHY: &str = r#"
   also run in parallel, and writes are rare, so the RwLocks keep up. mvtensor's wait-free
   read only pays off where reads are short or writers hold the lock long.
 * **A descheduled reader delays reclamation.** A `read()` pins the epoch for as long as its
-  snapshot lives; a pinned thread that the OS deschedules holds back every version retired
-  meanwhile, so live versions (and resident memory) grow while it sleeps. Long readers
-  should use `read_owned()`.
+  snapshot lives; a pinned thread that the OS deschedules holds back the release of every
+  version retired meanwhile (by any thread), so writers allocate, the pool grows (it is
+  trimmed back afterwards) and resident memory with it. Long readers should use
+  `read_owned()`. Small versions also come back a batch at a time (~three batches of 64 KiB
+  in flight per variable), the price of one crossbeam flush per batch rather than per write.
 * **Latency tails are the scheduler's.** With more threads than cores, a reader of any
   variant can lose its core for a time slice mid-read; p99 and p99.9 then measure the
   scheduler, not the data structure.

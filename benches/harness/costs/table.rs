@@ -9,6 +9,8 @@ use crate::harness::{size_label, SIZES};
 pub struct Target {
     /// E.g. `<= 1.15x kernel`.
     pub text: String,
+    /// The measured cost ratio the target is about.
+    pub ratio: f64,
     pub met: bool,
 }
 
@@ -34,7 +36,8 @@ impl CostRow {
         let (_, x) = self.ratios.last().expect("a ratio to check");
         let met = *x <= limit;
         let text = format!("<= {limit:.2}x {of}");
-        self.targets.push(Target { text, met });
+        let ratio = *x;
+        self.targets.push(Target { text, ratio, met });
         self
     }
 
@@ -44,7 +47,8 @@ impl CostRow {
         let (_, x) = self.ratios.last().expect("a ratio to check");
         let met = 1.0 / x >= s;
         let text = format!("<= {:.2}x {of} (speed >= {s}x)", 1.0 / s);
-        self.targets.push(Target { text, met });
+        let ratio = *x;
+        self.targets.push(Target { text, ratio, met });
         self
     }
 }
