@@ -51,8 +51,10 @@
 //!   Every write returns its version number: 0 at creation, +1 per commit.
 //! * **Linearizable read-modify-write.** `fetch_update` hands out each value exactly once,
 //!   so an atomic counter works, which TensorFlow documents as impossible for `tf.Variable`.
-//! * **Bounded memory.** With no snapshot held, a variable keeps its current version, at
-//!   most one older one while a write commits, and what the epoch has not reclaimed yet.
+//! * **Bounded memory, no allocation per write.** Versions are pooled: a write builds its
+//!   value in a version its variable used before. With no snapshot held, a large variable
+//!   keeps 2-3 versions; a small one about three batches of retired versions (~192 KiB at
+//!   most), handed to the epoch a batch at a time. A reader's pin never frees memory.
 //! * **Combined updates.** Concurrent [`assign_add`](Variable::assign_add)s to one variable
 //!   are summed into one pass and one version: k updates cost one copy of the tensor, and no
 //!   work is thrown away by a lost compare-and-swap. [`Variable::stats`] shows the batches.
