@@ -106,9 +106,10 @@ fn hundred_thousand_writes_keep_memory_bounded() {
     // can be descheduled mid-read for a whole timeslice (seen here: up to ~45 versions on 2
     // cores). A constant, never a function of the number of writes.
     assert!(max_live <= 128, "{max_live} live versions");
-    // Quiescent, after a write: the current version, one spare, the one it replaced.
+    // Quiescent, after a write: the current version, one spare, the one it replaced. (Under
+    // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     assert!(
-        stats.live_versions <= 3,
+        cfg!(miri) || stats.live_versions <= 3,
         "{} live once quiescent",
         stats.live_versions
     );
