@@ -16,7 +16,7 @@
 use std::marker::PhantomData;
 
 use crate::stats::Counters;
-use crate::sync::{AtomicPtr, Ordering, ProcessAtomicPtr};
+use crate::sync::{AtomicPtr, Ordering};
 use crate::version::{Building, Version};
 use crate::Element;
 
@@ -80,16 +80,7 @@ impl<A: Element> Home<A> {
     /// A version nobody holds, to build the next value in; `None` if the pool is empty.
     /// Its data keeps whatever shape and values it had.
     pub(crate) fn take(&self) -> Option<Building<A>> {
-        // Acquire (both): pairs with the Release that parked or pushed the list, so its
-        // versions (and the uses their releasers made of them) are ours to see.
-        let mut list = self.cache.swap(std::ptr::null_mut(), Ordering::Acquire);
-        if list.is_null() {
-            list = self.free.swap(std::ptr::null_mut(), Ordering::Acquire);
-        }
-        if list.is_null() {
-            return None;
-        }
-        debug_assert_ne!(list, closed(), "a live variable's pool is open");
+        let list = self.take_list()?;
         // SAFETY: the swap made the whole list ours.
         let rest = unsafe { (*list).next.swap(std::ptr::null_mut(), Ordering::Relaxed) };
         if !rest.is_null() {
@@ -117,14 +108,7 @@ impl<A: Element> Home<A> {
         // Relaxed (both): only flag holders touch `held`, ordered by the flag.
         let mut list = self.held.load(Ordering::Relaxed);
         if list.is_null() {
-            // Acquire: as in `take`.
-            list = self.cache.swap(std::ptr::null_mut(), Ordering::Acquire);
-            if list.is_null() {
-                list = self.free.swap(std::ptr::null_mut(), Ordering::Acquire);
-            }
-            if list.is_null() {
-                return None;
-            }
+            list = self.take_list()?;
             // SAFETY: swapped out, the list is ours.
             unsafe { keep_first(list, keep.max(1)) };
         }
@@ -135,6 +119,19 @@ impl<A: Element> Home<A> {
         Some(unsafe { Building::from_pooled(list.cast::<Version<A>>()) })
     }
 
+    /// A whole list of pooled versions, ours now: the parked rest of an earlier take, else
+    /// everything handed back since; `None` if both are empty.
+    fn take_list(&self) -> Option<*mut Link> {
+        // Acquire (both): pairs with the Release that parked or pushed the list, so its
+        // versions (and the uses their releasers made of them) are ours to see.
+        let mut list = self.cache.swap(std::ptr::null_mut(), Ordering::Acquire);
+        if list.is_null() {
+            list = self.free.swap(std::ptr::null_mut(), Ordering::Acquire);
+        }
+        debug_assert_ne!(list, closed(), "a live variable's pool is open");
+        (!list.is_null()).then_some(list)
+    }
+
     /// Hands back a version whose last count was just released.
     ///
     /// # Safety
@@ -143,44 +140,18 @@ impl<A: Element> Home<A> {
         // SAFETY: exclusively ours: its home lives at least as long as it does.
         let home: &Home<A> = unsafe { (*version).home() };
         let link = version.cast::<Link>();
-        // Relaxed: the CAS below publishes; a failure reloads.
-        let mut top = home.free.load(Ordering::Relaxed);
-        loop {
-            if top == closed() {
-                // SAFETY: ours, and the variable is gone: nobody will take it.
-                unsafe { orphan(link) };
-                return;
-            }
-            // SAFETY: ours until the CAS succeeds. Relaxed: published by the CAS.
-            unsafe { (*link).next.store(top, Ordering::Relaxed) };
-            // Release: our uses of the version happen-before the writer that takes it.
-            match home
-                .free
-                .compare_exchange_weak(top, link, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => top = now,
-            }
+        // SAFETY: ours; a one-version chain.
+        if !unsafe { push(&home.free, link, link) } {
+            // SAFETY: ours, and the variable is gone: nobody will take it.
+            unsafe { orphan(link) };
         }
     }
 
     /// Puts a whole list (ours) back on `free`.
     fn push_list(&self, list: *mut Link) {
-        let tail = tail(list);
-        // Relaxed: the CAS below publishes.
-        let mut top = self.free.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `tail` is ours until the CAS. Relaxed: published by the CAS.
-            unsafe { (*tail).next.store(top, Ordering::Relaxed) };
-            // Release: as in `give_back`.
-            match self
-                .free
-                .compare_exchange_weak(top, list, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => top = now,
-            }
-        }
+        // SAFETY: the list is ours. A live variable's pool is never closed.
+        let pushed = unsafe { push(&self.free, list, tail(list)) };
+        debug_assert!(pushed, "a live variable's pool is open");
     }
 
     /// Frees pooled versions beyond the first `keep` (the pool grows while reclamation is
@@ -222,6 +193,29 @@ impl<A: Element> Home<A> {
             let taken = list.swap(closed(), Ordering::Acquire);
             // SAFETY: swapped out, the list is ours.
             unsafe { free_list(taken) };
+        }
+    }
+}
+
+/// Pushes the chain `first ..= last` (linked through `next`) on the stack `top`, unless the
+/// stack is closed: then it returns false and the chain is still the caller's. Pushes are
+/// ABA-safe: a failed CAS only means another push or a take came first.
+///
+/// # Safety
+/// The chain is exclusively the caller's.
+unsafe fn push(top: &AtomicPtr<Link>, first: *mut Link, last: *mut Link) -> bool {
+    // Relaxed: the CAS below publishes; a failure reloads.
+    let mut current = top.load(Ordering::Relaxed);
+    loop {
+        if current == closed() {
+            return false;
+        }
+        // SAFETY: ours until the CAS succeeds. Relaxed: published by the CAS.
+        unsafe { (*last).next.store(current, Ordering::Relaxed) };
+        // Release: our uses of the chain's versions happen-before whoever takes them.
+        match top.compare_exchange_weak(current, first, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(now) => current = now,
         }
     }
 }
@@ -278,9 +272,13 @@ unsafe fn free_list(mut link: *mut Link) {
     }
 }
 
-/// Versions of dropped variables, waiting for a writer to free them.
-fn orphans() -> &'static ProcessAtomicPtr<Link> {
-    static ORPHANS: ProcessAtomicPtr<Link> = ProcessAtomicPtr::new(std::ptr::null_mut());
+/// Versions of dropped variables, waiting for a writer to free them. (Not under loom, where
+/// a version holds loom's atomics and must not outlive the execution in a process-wide list:
+/// there an orphan is freed at once. The list is a push and a take-all, no protocol the
+/// models need.)
+#[cfg(not(mvtensor_loom))]
+fn orphans() -> &'static AtomicPtr<Link> {
+    static ORPHANS: AtomicPtr<Link> = AtomicPtr::new(std::ptr::null_mut());
     &ORPHANS
 }
 
@@ -290,37 +288,31 @@ fn orphans() -> &'static ProcessAtomicPtr<Link> {
 /// # Safety
 /// `link` heads a version that is exclusively the caller's.
 unsafe fn orphan(link: *mut Link) {
-    if cfg!(mvtensor_loom) {
-        // Under loom a version holds loom's atomics, which must not outlive the execution
-        // in a process-wide list: it is freed here. (The list itself is not a protocol the
-        // models need: a push and a take-all.)
-        // SAFETY: exclusively ours.
-        unsafe { ((*link).free)(link) };
-        return;
-    }
-    let orphans = orphans();
-    // Relaxed: the CAS publishes.
-    let mut top = orphans.load(Ordering::Relaxed);
-    loop {
-        // SAFETY: ours until the CAS. Relaxed: published by the CAS.
-        unsafe { (*link).next.store(top, Ordering::Relaxed) };
-        // Release: hands the version to the thread that frees it.
-        match orphans.compare_exchange_weak(top, link, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => return,
-            Err(now) => top = now,
-        }
+    #[cfg(mvtensor_loom)]
+    // SAFETY: exclusively ours (see `orphans`).
+    unsafe {
+        ((*link).free)(link)
+    };
+    #[cfg(not(mvtensor_loom))]
+    {
+        // SAFETY: ours. The orphan list is never closed.
+        let pushed = unsafe { push(orphans(), link, link) };
+        debug_assert!(pushed, "the orphan list is never closed");
     }
 }
 
 /// Frees the versions of dropped variables that came back since the last call. Writers
 /// call it when they seal a batch of retirements (`limbo`).
 pub(crate) fn free_orphans() {
-    let orphans = orphans();
-    // Relaxed pre-check: nearly always empty. Acquire on the swap: pairs with `orphan`.
-    if orphans.load(Ordering::Relaxed).is_null() {
-        return;
+    #[cfg(not(mvtensor_loom))]
+    {
+        let orphans = orphans();
+        // Relaxed pre-check: nearly always empty. Acquire on the swap: pairs with `push`.
+        if orphans.load(Ordering::Relaxed).is_null() {
+            return;
+        }
+        let list = orphans.swap(std::ptr::null_mut(), Ordering::Acquire);
+        // SAFETY: swapped out, the list is ours.
+        unsafe { free_list(list) };
     }
-    let list = orphans.swap(std::ptr::null_mut(), Ordering::Acquire);
-    // SAFETY: swapped out, the list is ours.
-    unsafe { free_list(list) };
 }

@@ -430,12 +430,11 @@ impl<A: Element> Inner<A> {
                 unsafe { self.home.take_held(keep) }
             }
         };
-        let mut building = taken.unwrap_or_else(|| {
-            let empty = ArrayD::default(ndarray::IxDyn(&[0]));
-            Version::allocate(empty, &self.home)
-        });
+        let Some(mut building) = taken else {
+            return Version::allocate(ArrayD::default(like.raw_dim()), &self.home);
+        };
         if !same_shape(building.data.shape(), like.shape()) {
-            // A new version, or a pooled one of an older shape (dynamic-shape variables).
+            // A pooled version of an older shape (dynamic-shape variables).
             self.home
                 .counters
                 .buffer_allocated(like.len() * std::mem::size_of::<A>());
