@@ -61,7 +61,7 @@ const SPINS: u32 = 64;
 /// Under loom every waiter parks, so that the models check the wake-up protocol.
 const PARK_BYTES: usize = if cfg!(mvtensor_loom) { 0 } else { 64 * 1024 };
 /// Passes a combiner runs at most before handing the flag to the writer of a pending op.
-/// Under mvtensor_loom, one: so that two writers already reach the hand-off.
+/// Under loom, one: so that two writers already reach the hand-off.
 const PASSES: usize = if cfg!(mvtensor_loom) { 1 } else { 4 };
 
 /// One writer's announced delta.

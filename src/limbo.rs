@@ -24,8 +24,8 @@ use crate::sync::{epoch, thread_local, Ordering, ProcessAtomicPtr};
 use crate::version::{Version, VersionRef};
 use crate::Element;
 
-/// Versions per batch at most. Under mvtensor_loom, one: every retirement is its own grace period,
-/// so the models see reclamation happen.
+/// Versions per batch at most. Under loom, one: every retirement is its own grace period, so
+/// the models see reclamation happen.
 const BATCH: usize = if cfg!(mvtensor_loom) { 1 } else { 32 };
 /// A batch is sealed once it holds this many bytes of versions.
 pub(crate) const BATCH_BYTES: usize = 64 * 1024;

@@ -45,7 +45,7 @@ impl<T> Mutex<T> {
     }
 }
 
-/// Gives the processor (or, under mvtensor_loom, the model's scheduler) to another thread.
+/// Gives the processor (or, under loom, the model's scheduler) to another thread.
 pub(crate) fn yield_now() {
     #[cfg(not(mvtensor_loom))]
     std::thread::yield_now();

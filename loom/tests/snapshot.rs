@@ -2,7 +2,7 @@
 //! preempted between installing and committing (the snapshot bumps it instead of waiting);
 //! it respects the order of plain writes, although commits only read the clock; and it finds
 //! its version without starting over however often the variable commits meanwhile (a start
-//! over panics under mvtensor_loom).
+//! over panics under loom).
 
 #![cfg(mvtensor_loom)]
 
