@@ -27,20 +27,19 @@ fn within(limit: Duration, job: impl FnOnce() + Send + 'static) {
 /// Large enough (1M elements) that the old kernel split the pass across rayon's pool.
 const LEN: usize = 1 << 20;
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "4 MiB passes: hours under miri; no unsafe code of its own"
-)]
-fn combined_writes_from_rayon_pool_threads_finish() {
-    within(Duration::from_secs(120), || {
+/// The scenario: a plain thread writes 50 times while 200 writes run on rayon's pool,
+/// each `write(&with, v, ones)` where `with = setup(v)`; every element ends at 250.
+fn from_a_thread_and_the_pool<S: Sync>(
+    setup: impl FnOnce(&Variable<f32>) -> S + Send + 'static,
+    write: impl Fn(&S, &Variable<f32>, &ArrayD<f32>) + Sync + Send + 'static,
+) {
+    within(Duration::from_secs(120), move || {
         let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[LEN])));
         let d = ArrayD::<f32>::ones(IxDyn(&[LEN]));
+        let with = setup(&v);
         std::thread::scope(|s| {
-            s.spawn(|| (0..50).for_each(|_| assert!(v.assign_add(&d).unwrap() >= 1)));
-            (0..200)
-                .into_par_iter()
-                .for_each(|_| assert!(v.assign_add(&d).unwrap() >= 1));
+            s.spawn(|| (0..50).for_each(|_| write(&with, &v, &d)));
+            (0..200).into_par_iter().for_each(|_| write(&with, &v, &d));
         });
         assert!(v.read().iter().all(|&x| x == 250.0));
     });
@@ -51,19 +50,18 @@ fn combined_writes_from_rayon_pool_threads_finish() {
     miri,
     ignore = "4 MiB passes: hours under miri; no unsafe code of its own"
 )]
+fn combined_writes_from_rayon_pool_threads_finish() {
+    from_a_thread_and_the_pool(|_| (), |_, v, d| assert!(v.assign_add(d).unwrap() >= 1));
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "4 MiB passes: hours under miri; no unsafe code of its own"
+)]
 fn executions_from_rayon_pool_threads_finish() {
-    within(Duration::from_secs(120), || {
-        let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[LEN])));
-        let d = ArrayD::<f32>::ones(IxDyn(&[LEN]));
-        let cs = CriticalSection::builder().resource(&v).build().unwrap();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                (0..50).for_each(|_| cs.execute(|tx| tx.assign_add(&v, &d)).unwrap());
-            });
-            (0..200)
-                .into_par_iter()
-                .for_each(|_| cs.execute(|tx| tx.assign_add(&v, &d)).unwrap());
-        });
-        assert!(v.read().iter().all(|&x| x == 250.0));
-    });
+    from_a_thread_and_the_pool(
+        |v| CriticalSection::builder().resource(v).build().unwrap(),
+        |cs, v, d| cs.execute(|tx| tx.assign_add(v, d)).unwrap(),
+    );
 }
