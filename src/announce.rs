@@ -1,11 +1,10 @@
-//! A stack of announced requests and the flag of the thread serving them: the meeting point
-//! of combining ([`combine`](crate::combine): dense deltas) and of critical-section batches
-//! ([`section::batch`](crate::section)).
+//! A stack of announced requests and the flag of the thread serving them: the data structure
+//! under [`serve`](crate::serve)'s protocol.
 //!
 //! A thread announces a request by pushing it (a Treiber stack; requests live on their
 //! owners' stacks and link to each other), then races for the flag. The flag's holder takes
 //! the whole stack at once, serves every request, and lets go. What a holder owes the
-//! requests it took (an outcome each, a wake-up) is the caller's protocol; this module only
+//! requests it took (an outcome each, a wake-up) is `serve`'s protocol; this module only
 //! moves the pointers, with the orderings that hand a request's contents over.
 
 use std::ptr;

@@ -28,6 +28,14 @@ pub(crate) struct Delta<'a, A> {
     pub(crate) sign: Sign,
 }
 
+// By hand: a derive would require `A: Copy`, but only the borrow is copied.
+impl<A> Clone for Delta<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Delta<'_, A> {}
+
 /// Elements per chunk: 16 KiB of f32, small enough to stay in L1 across all deltas.
 const CHUNK: usize = 4096;
 

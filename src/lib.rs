@@ -121,6 +121,7 @@ mod pool;
 mod record;
 mod running;
 mod section;
+mod serve;
 mod snapshot;
 mod stats;
 mod store;

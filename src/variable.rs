@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
-use crate::combine::{Combiner, Op, Publish};
+use crate::combine::{Combiner, Publish};
 use crate::error::{check_shape, same_shape, Error, Result};
 use crate::head::Head;
 use crate::kernel::{self, Delta, Sign};
@@ -301,8 +301,10 @@ impl<A: Element> Variable<A> {
             return self.apply_delta_alone(delta, sign);
         }
         check_shape(self.name(), &self.inner.shape, delta.shape())?;
-        let mut op = Op::new(delta, sign);
-        let combined = self.inner.combiner.submit(&mut op, self);
+        let combined = self
+            .inner
+            .combiner
+            .submit(Delta { data: delta, sign }, self);
         reclaim_now(); // what this thread's passes (if it combined) replaced
         match combined {
             Some(version) => Ok(version),

@@ -7,15 +7,15 @@
 //! on 2 cores instead of ~0.4 us alone. (Parking the waiters far from the front made it
 //! worse: 8 threads went from 170 k to 30 k executions/s, every hand-off now a wake-up.)
 //!
-//! So an execution announces itself as a [`Job`] on the section's stack of pending jobs and
-//! races for the section's flag ([`announce`](crate::announce)), as dense deltas do in
-//! [`combine`](crate::combine). The
-//! winner takes the whole stack, takes the resources' tickets once, runs every job in the
-//! order they arrived on one shared [`Txn`] (each sees the writes of those before it; a job
-//! that fails or panics is rolled back to where it began), commits the survivors' writes as
-//! one version per variable, lets the tickets go, and only then marks each job done. Waiters
-//! spin and yield until their job is done or the flag is free; a job pushed while a batch
-//! runs is taken by the next one, so none starves.
+//! So an execution announces itself as a [`Job`] and races for the section's flag, as dense
+//! deltas do in [`combine`](crate::combine), through the same protocol
+//! ([`serve`](crate::serve)). The winner takes every pending job, takes the resources'
+//! tickets once, runs the jobs in the order they arrived on one shared [`Txn`] (each sees
+//! the writes of those before it; a job that fails or panics is rolled back to where it
+//! began), commits the survivors' writes as one version per variable, lets the tickets go,
+//! and only then marks each job done. Waiters spin briefly and then park until the batch
+//! that ran their job wakes them: with more threads than cores, waiters that kept spinning
+//! took the cores the batch needed.
 //!
 //! Every job's caller is blocked inside its call while its job runs, so the batch's commit
 //! point lies within every call: the executions are linearizable, in batch order. What a
@@ -26,15 +26,10 @@
 //! closures and results. A job lives on its caller's stack; marking it done is the batch's
 //! last access to it.
 
-use std::ptr;
-
 use super::{SectionInner, Txn};
-use crate::announce::{Announcements, Linked};
+use crate::serve::{Request, Serve, Server, Wait};
 use crate::stats::SectionCounters;
-use crate::sync::{AtomicU64, Backoff, Ordering};
 
-/// Not run yet.
-const WAITING: u64 = 0;
 /// Ran, and its batch committed (its closure's result says whether its writes were kept).
 const DONE: u64 = 1;
 /// Its batch panicked outside any closure: nothing of the batch was committed.
@@ -43,11 +38,9 @@ const ABANDONED: u64 = 2;
 /// One caller's execution, announced for whoever holds the flag next.
 pub(super) struct Job {
     /// The caller's closure, type-erased: `call(data, txn)` runs it and says whether its
-    /// writes are kept. Valid until `state` leaves `WAITING`.
+    /// writes are kept. Valid until the job's request has its outcome.
     data: *mut (),
     call: unsafe fn(*mut (), &mut Txn<'_>) -> bool,
-    next: *mut Job,
-    state: AtomicU64,
 }
 
 impl Job {
@@ -57,15 +50,7 @@ impl Job {
         Self {
             data: (run as *mut F).cast(),
             call: call::<F>,
-            next: ptr::null_mut(),
-            state: AtomicU64::new(WAITING),
         }
-    }
-}
-
-impl Linked for Job {
-    fn next(&mut self) -> &mut *mut Self {
-        &mut self.next
     }
 }
 
@@ -81,7 +66,7 @@ unsafe fn call<F: FnMut(&mut Txn<'_>) -> bool>(data: *mut (), txn: &mut Txn<'_>)
 /// A section's pending jobs, the flag of the thread running a batch, and what batches did.
 #[derive(Default)]
 pub(super) struct Batcher {
-    jobs: Announcements<Job>,
+    jobs: Server<Job>,
     pub(super) counters: SectionCounters,
 }
 
@@ -91,30 +76,13 @@ impl SectionInner {
     /// # Panics
     /// If the batch that took the job panicked outside any closure (a bug): nothing of that
     /// batch was committed, and this caller is told so.
-    pub(super) fn submit(&self, job: &mut Job) {
-        let batcher = &self.batcher;
-        let state = if batcher.jobs.try_lock() {
-            self.run_batch(Some(job));
-            // Relaxed: we set it ourselves, in `run_batch`.
-            job.state.load(Ordering::Relaxed)
-        } else {
-            // SAFETY: `job` lives on our caller's stack, and we do not return before a batch
-            // has set its state.
-            unsafe { batcher.jobs.push(job) };
-            let mut backoff = Backoff::default();
-            loop {
-                // Acquire: pairs with the batch's Release, so its commit (and the job's
-                // result, written by the closure) happen-before our return.
-                let state = job.state.load(Ordering::Acquire);
-                if state != WAITING {
-                    break state;
-                }
-                if batcher.jobs.try_lock() {
-                    self.run_batch(None); // our job is on the stack: this batch runs it
-                } else {
-                    backoff.snooze();
-                }
-            }
+    pub(super) fn submit(&self, job: Job) {
+        // SAFETY: every job of this section is served by `self`; a job borrows nothing
+        // beyond its caller's frame, which waits in `submit`.
+        let state = unsafe {
+            self.batcher
+                .jobs
+                .submit(&mut Request::new(job), Wait::Park, self)
         };
         assert_eq!(
             state, DONE,
@@ -123,84 +91,27 @@ impl SectionInner {
             self.name
         );
     }
+}
 
-    /// Holding the flag: runs every pending job (oldest first), then `mine`, as one batch.
-    fn run_batch(&self, mine: Option<&mut Job>) {
-        let _flag = Flag(&self.batcher);
-        let mine: *mut Job = mine.map_or(ptr::null_mut(), |job| job);
-        let first = reverse(self.batcher.jobs.take(), mine);
-        // Whatever happens below, every job gets a state, so no caller waits forever.
-        let mut finish = Finish {
-            first,
-            state: ABANDONED,
-        };
-        if first.is_null() {
-            return; // a previous batch ran our job already
-        }
+/// Holding the flag: runs a batch of jobs (oldest first) under one set of tickets.
+impl Serve<Job> for SectionInner {
+    const UNWOUND: u64 = ABANDONED;
+
+    fn serve(&self, batch: &mut [&mut Job]) -> u64 {
         let tickets = self.enter();
         let mut txn = Txn::new(&self.name, &self.resources);
-        let (mut job, mut size) = (first, 0);
-        while !job.is_null() {
-            size += 1;
+        for job in batch.iter() {
             txn.begin();
-            // SAFETY: a taken job is valid until its state is set, in `finish`; its closure is
-            // used by nobody else (its caller waits), and `Job::new` paired `call` with it.
-            let kept = unsafe { ((*job).call)((*job).data, &mut txn) };
+            // SAFETY: a job's closure is used by nobody else (its caller waits until the
+            // batch is over), and `Job::new` paired `call` with it.
+            let kept = unsafe { (job.call)(job.data, &mut txn) };
             if !kept {
                 txn.rollback();
             }
-            // SAFETY: as above.
-            job = unsafe { (*job).next };
         }
         txn.commit();
         drop(tickets); // only after the commit: the next holder must see our writes
-        self.batcher.counters.batch(size);
-        finish.state = DONE;
-    }
-}
-
-/// Turns the stack (newest first) into a list in arrival order, followed by `last`; returns
-/// its first job. The caller holds the flag, so the taken jobs' links are its own.
-fn reverse(newest: *mut Job, last: *mut Job) -> *mut Job {
-    let (mut done, mut rest) = (last, newest);
-    while !rest.is_null() {
-        // SAFETY: a taken job is valid until its state is set, and only we touch its links.
-        unsafe {
-            let next = (*rest).next;
-            (*rest).next = done;
-            done = rest;
-            rest = next;
-        }
-    }
-    done
-}
-
-/// Marks every job of a batch with its state, also on unwind.
-struct Finish {
-    first: *mut Job,
-    state: u64,
-}
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        let mut job = self.first;
-        while !job.is_null() {
-            // SAFETY: valid until its state is stored, below; read the link first.
-            let next = unsafe { (*job).next };
-            // Release: the commit happens-before the caller's return. This is the last access
-            // to `job`: its caller may return and free it right after.
-            // SAFETY: valid until this very store.
-            unsafe { (*job).state.store(self.state, Ordering::Release) };
-            job = next;
-        }
-    }
-}
-
-/// The batch flag, held; dropping it (also on unwind) lets go.
-struct Flag<'b>(&'b Batcher);
-
-impl Drop for Flag<'_> {
-    fn drop(&mut self) {
-        self.0.jobs.unlock();
+        self.batcher.counters.batch(batch.len() as u64);
+        DONE
     }
 }

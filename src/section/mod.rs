@@ -242,7 +242,7 @@ impl CriticalSection {
                 outcome = Some(result);
                 kept
             };
-            inner.submit(&mut Job::new(&mut run));
+            inner.submit(Job::new(&mut run));
         }
         reclaim_now();
         match outcome.expect("a committed batch ran every job it took") {

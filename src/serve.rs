@@ -1,0 +1,267 @@
+//! Serving announced requests: the flag-and-finish protocol of flat combining, written once
+//! for dense deltas ([`combine`](crate::combine)) and critical-section executions
+//! ([`section`](crate::section)).
+//!
+//! A caller wraps its work in a [`Request`], announces it on a stack
+//! ([`announce`](crate::announce)) and races for the flag. The holder takes every pending
+//! request, serves them as one *batch* (in arrival order, its own request last), gives each
+//! the batch's outcome, wakes the ones that park, and lets go. A caller returns once its
+//! request has an outcome.
+//!
+//! **Waiting.** A caller that expects a short wait ([`Wait::Spin`]) spins and yields; one
+//! that expects a long one ([`Wait::Park`]) spins briefly and then parks until the holder
+//! that serves it (or makes it the next holder) unparks it. With more waiters than cores,
+//! waiters that spin or yield take the cores the holder needs (a 4 MiB combining pass took
+//! 1.7 ms instead of 0.2 ms); but waking a parked thread costs more than a pass over a small
+//! tensor. Every caller of one [`Server`] waits the same way (a variable's deltas all have
+//! its size; a section's executions all park).
+//!
+//! **Nobody is stranded.** A parked caller is never woken by a timer, so some flag holder
+//! must see every announced request:
+//! * a holder runs up to [`PASSES`] batches while requests keep arriving;
+//! * when it lets go with requests still pending, it unparks the caller of the newest one
+//!   (its *heir*), which takes the flag next; a spinning heir takes it by itself;
+//! * when none are pending, it looks once more *after* letting go, and takes the flag back
+//!   if one arrived meanwhile. A caller announces and then looks at the flag before it
+//!   parks; the holder lets go and then looks at the stack. A `SeqCst` fence sits between
+//!   the two steps on each side, so at least one side sees the other (Dekker). Only servers
+//!   whose callers park need this.
+//!
+//! The same release runs when a batch panics (from the flag's destructor), so a panic
+//! strands nobody either: the requests of the panicking batch get the server's
+//! [`UNWOUND`](Serve::UNWOUND) outcome, and pending ones a new holder.
+//!
+//! A request lives on its caller's stack: the caller does not return before its outcome is
+//! set, and setting it is the holder's last access. (The unpark that follows may reach a
+//! caller that has already returned: it leaves a token, and that thread's next
+//! `std::thread::park` returns at once, which std allows as a spurious wake.)
+
+use std::ptr;
+
+use smallvec::SmallVec;
+
+use crate::announce::{Announcements, Linked};
+use crate::sync::{current_thread, fence, park, AtomicU64, Backoff, Ordering, Thread};
+
+/// No outcome yet; every other value is the server's to define.
+const WAITING: u64 = 0;
+/// Spins before a parking caller parks.
+const SPINS: u32 = 64;
+/// Batches a holder runs at most before handing the flag to the caller of a pending request.
+/// Under loom, one: so that two callers already reach the hand-off.
+const PASSES: usize = if cfg!(mvtensor_loom) { 1 } else { 4 };
+
+/// How a caller waits for its request to be served (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Wait {
+    /// Spin, then yield: for batches shorter than a wake-up.
+    Spin,
+    /// Spin briefly, then park until the holder that serves us unparks us.
+    Park,
+}
+
+/// One caller's announced work and the outcome the batch that served it gives it.
+pub(crate) struct Request<P> {
+    payload: P,
+    next: *mut Request<P>,
+    outcome: AtomicU64,
+    /// The caller to unpark once the outcome is set; only a caller that may park sets it,
+    /// so the uncontended path clones no thread handle.
+    waiter: Option<Thread>,
+}
+
+impl<P> Request<P> {
+    pub(crate) fn new(payload: P) -> Self {
+        Self {
+            payload,
+            next: ptr::null_mut(),
+            outcome: AtomicU64::new(WAITING),
+            waiter: None,
+        }
+    }
+}
+
+impl<P> Linked for Request<P> {
+    fn next(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+}
+
+/// What a flag holder does with a batch.
+pub(crate) trait Serve<P> {
+    /// The outcome of every request in a batch whose `serve` panicked. Not 0.
+    const UNWOUND: u64;
+    /// Serves a batch (arrival order) and returns the outcome every request in it gets. Not 0.
+    fn serve(&self, batch: &mut [&mut P]) -> u64;
+}
+
+/// The pending requests of one variable or section, and the flag of the thread serving them.
+pub(crate) struct Server<P> {
+    requests: Announcements<Request<P>>,
+}
+
+impl<P> Default for Server<P> {
+    fn default() -> Self {
+        Self {
+            requests: Announcements::default(),
+        }
+    }
+}
+
+impl<P> Server<P> {
+    /// Serves `request`, alone or in a batch with others, and returns its outcome.
+    ///
+    /// # Safety
+    /// Every request of this server must be submitted with the same `serve` behaviour (the
+    /// holder serves the others' requests with the `server` *it* was given), and any
+    /// lifetime erased from `P` must outlive this call.
+    pub(crate) unsafe fn submit(
+        &self,
+        request: &mut Request<P>,
+        wait: Wait,
+        server: &impl Serve<P>,
+    ) -> u64 {
+        let request: *mut Request<P> = request;
+        if self.requests.try_lock() {
+            self.hold(request, wait, server);
+            // Relaxed: we set it ourselves, in `hold`.
+            // SAFETY: our own request; its batch is over.
+            return unsafe { (*request).outcome.load(Ordering::Relaxed) };
+        }
+        if wait == Wait::Park {
+            // SAFETY: not announced yet: ours alone. `push` publishes the handle with it.
+            unsafe { (*request).waiter = Some(current_thread()) };
+        }
+        // SAFETY: `request` lives on our caller's stack, and we do not return before its
+        // outcome is set.
+        unsafe { self.requests.push(request) };
+        // The caller's half of the Dekker check: every look at the flag below comes after
+        // the push in the single SeqCst order (module docs).
+        fence(Ordering::SeqCst);
+        let (mut spins, mut backoff) = (0, Backoff::default());
+        loop {
+            // Acquire: pairs with the holder's Release, so the batch's commit happens-before
+            // our return (a read right after the call sees our own write).
+            // SAFETY: valid (ours); only its atomic outcome is shared now.
+            let outcome = unsafe { (*request).outcome.load(Ordering::Acquire) };
+            if outcome != WAITING {
+                return outcome;
+            }
+            if self.requests.try_lock() {
+                self.hold(ptr::null_mut(), wait, server); // our request is pending: served now
+            } else if wait == Wait::Spin {
+                backoff.snooze();
+            } else if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                park(); // the holder that serves us, or makes us its heir, unparks us
+            }
+        }
+    }
+
+    /// Holding the flag: runs batches (the first with `mine`, if not null) while requests
+    /// keep arriving, then lets go without stranding any (the flag's destructor).
+    fn hold(&self, mut mine: *mut Request<P>, wait: Wait, server: &impl Serve<P>) {
+        let _flag = Flag { server: self, wait };
+        for _ in 0..PASSES {
+            self.batch(mine, server);
+            mine = ptr::null_mut();
+            if self.requests.looks_empty() {
+                break;
+            }
+        }
+    }
+
+    /// Serves every pending request, then `mine` (if not null), as one batch.
+    fn batch<S: Serve<P>>(&self, mine: *mut Request<P>, server: &S) {
+        let mut taken: SmallVec<[*mut Request<P>; 8]> = SmallVec::new();
+        let mut request = self.requests.take();
+        while !request.is_null() {
+            taken.push(request);
+            // SAFETY: a taken request is valid until its outcome is set, by `finish` below.
+            request = unsafe { (*request).next };
+        }
+        taken.reverse(); // the stack is newest first
+        if !mine.is_null() {
+            taken.push(mine);
+        }
+        // A waiter whose request an earlier batch served may take the flag and find nothing.
+        if taken.is_empty() {
+            return;
+        }
+        // Whatever happens in `serve` (even a panic), every request gets an outcome, so no
+        // caller waits forever.
+        let mut finish = Finish {
+            taken: &taken,
+            outcome: S::UNWOUND,
+        };
+        let mut payloads: SmallVec<[&mut P; 8]> = taken
+            .iter()
+            // SAFETY: valid until `finish` sets the outcome; nobody else touches a taken
+            // request's payload (its caller only reads the outcome).
+            .map(|&r| unsafe { &mut (*r).payload })
+            .collect();
+        finish.outcome = server.serve(&mut payloads);
+        debug_assert_ne!(finish.outcome, WAITING);
+    }
+}
+
+/// Gives every request of a batch its outcome and wakes its caller, also on unwind.
+struct Finish<'t, P> {
+    taken: &'t [*mut Request<P>],
+    outcome: u64,
+}
+
+impl<P> Drop for Finish<'_, P> {
+    fn drop(&mut self) {
+        for &request in self.taken {
+            // SAFETY: valid until its outcome is stored, below; read the handle first.
+            let waiter = unsafe { (*request).waiter.clone() };
+            // Release: the batch happens-before the caller's return. This is the last access
+            // to the request: its caller may return and free it right after.
+            // SAFETY: valid until this very store.
+            unsafe { (*request).outcome.store(self.outcome, Ordering::Release) };
+            if let Some(waiter) = waiter {
+                waiter.unpark();
+            }
+        }
+    }
+}
+
+/// The flag, held; dropping it (also on unwind) lets go without stranding a request.
+struct Flag<'s, P> {
+    server: &'s Server<P>,
+    wait: Wait,
+}
+
+impl<P> Drop for Flag<'_, P> {
+    fn drop(&mut self) {
+        let requests = &self.server.requests;
+        loop {
+            let newest = requests.newest();
+            // SAFETY: a pending request is valid until its outcome is set, which only a flag
+            // holder does, and we hold the flag until `unlock`.
+            let heir = (!newest.is_null()).then(|| unsafe { (*newest).waiter.clone() });
+            requests.unlock();
+            match heir {
+                // The heir takes the flag next (a spinning one needs no wake-up).
+                Some(heir) => {
+                    if let Some(heir) = heir {
+                        heir.unpark();
+                    }
+                    return;
+                }
+                None if self.wait == Wait::Spin => return, // spinners take the flag by themselves
+                None => {}
+            }
+            // None was pending when we looked, but a caller may have pushed since, seen the
+            // flag still held, and parked: look again now that it is free. The fence is the
+            // holder's half of the Dekker check.
+            fence(Ordering::SeqCst);
+            if requests.looks_empty() || !requests.try_lock() {
+                return;
+            }
+        }
+    }
+}
