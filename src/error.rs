@@ -111,6 +111,22 @@ pub enum Error {
         attempted: String,
     },
 
+    /// Inside an execution, a borrow of a variable conflicted with one still alive: a write
+    /// while it is read or written, or a read while it is written (`RefCell`'s rules).
+    #[error(
+        "variable `{variable}` is already borrowed{} in this execution of section \
+         `{section}`: drop that borrow first",
+        if *mutably { " mutably" } else { "" }
+    )]
+    Borrowed {
+        /// The variable.
+        variable: String,
+        /// The section.
+        section: String,
+        /// Whether the borrow still alive is mutable.
+        mutably: bool,
+    },
+
     /// An execution tried to write a variable its section does not hold.
     #[error("variable `{variable}` is not in the resource set of section `{section}`")]
     NotInResourceSet {

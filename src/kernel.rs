@@ -127,6 +127,28 @@ fn zip_into<A: Copy>(out: &mut [A], a: &[A], b: &[A], op: impl Fn(A, A) -> A) {
     }
 }
 
+/// `out ±= delta`, in place (a transaction's working copy). Same shapes.
+pub(crate) fn apply_in_place<A: Element>(out: &mut ArrayD<A>, delta: Delta<'_, A>) {
+    debug_assert_eq!(out.shape(), delta.data.shape());
+    let op = match delta.sign {
+        Sign::Add => A::add,
+        Sign::Sub => A::sub,
+    };
+    match (out.as_slice_mut(), delta.data.as_slice()) {
+        (Some(out), Some(d)) => out.iter_mut().zip(d).for_each(|(o, &d)| *o = op(*o, d)),
+        _ => out.zip_mut_with(delta.data, |o, &d| *o = op(*o, d)),
+    }
+}
+
+/// `out = from`, element by element (same shapes, both versions: standard layout).
+pub(crate) fn copy<A: Element>(from: &ArrayD<A>, out: &mut ArrayD<A>) {
+    debug_assert_eq!(out.shape(), from.shape());
+    match (out.as_slice_mut(), from.as_slice()) {
+        (Some(out), Some(from)) => out.copy_from_slice(from),
+        _ => out.assign(from),
+    }
+}
+
 /// `value` in standard layout, without a copy when it already is.
 pub(crate) fn standard<A: Element>(value: ArrayD<A>) -> ArrayD<A> {
     // A scalar or a vector is always laid out in order (and ndarray's check is not free).

@@ -132,7 +132,7 @@ mod version;
 
 pub use element::{DType, Element};
 pub use error::{Error, Result};
-pub use section::{CriticalSection, CriticalSectionBuilder, Txn};
+pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef};
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};
 pub use store::{SnapshotEntry, Store, StoreSnapshot, VariableInfo};

@@ -299,10 +299,6 @@ impl<A: Element> VersionRef<A> {
         ptr
     }
 
-    pub(crate) fn as_ptr(&self) -> *const Version<A> {
-        self.ptr.as_ptr()
-    }
-
     /// The version, pinned by our count rather than a guard.
     pub(crate) fn pinned(&self) -> Pinned<'_, A> {
         // SAFETY: our count keeps it allocated and unreused while `self` is borrowed.

@@ -69,7 +69,7 @@ fn a_section_mixes_f32_and_bf16_resources() -> Result<(), Error> {
     // Update the f32 master weights and refresh their bf16 copy in one atomic step.
     cs.execute(|tx| {
         tx.assign_add(&master, &ArrayD::from_elem(IxDyn(&[3]), 0.25f32))?;
-        let refreshed = tx.read(&master).mapv(bf16::from_f32);
+        let refreshed = tx.read(&master)?.mapv(bf16::from_f32);
         tx.assign(&shadow, refreshed)
     })?;
     assert!(master.read().iter().all(|&x| x == 1.25));

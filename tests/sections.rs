@@ -26,7 +26,7 @@ fn concurrent_executions_see_the_serial_answer() {
             .map(|_| {
                 s.spawn(|| {
                     cs.execute(|tx| {
-                        let old = tx.read(&v)[[]];
+                        let old = tx.read(&v)?[[]];
                         tx.assign_add(&v, &arr0(2.0).into_dyn())?;
                         Ok::<_, Error>(old)
                     })
@@ -57,7 +57,7 @@ fn chained_executions_end_at_the_count() {
             s.spawn(|| {
                 for _ in 0..each {
                     cs.execute(|tx| {
-                        let next = tx.read(&v) + 1.0;
+                        let next = &*tx.read(&v)? + 1.0;
                         tx.assign(&v, next)
                     })
                     .unwrap();
@@ -102,9 +102,9 @@ fn failures_in_a_batch_roll_back_alone() {
                         let (panics, refuses) = (i % 40 == 7, i % 3 == 1);
                         let result = catch_unwind(AssertUnwindSafe(|| {
                             cs.execute(|tx| {
-                                let before = tx.read(v)[[]];
+                                let before = tx.read(v)?[[]];
                                 tx.assign_add(v, &arr0(1.0).into_dyn())?;
-                                assert_eq!(tx.read(v)[[]], before + 1.0, "sees its own write");
+                                assert_eq!(tx.read(v)?[[]], before + 1.0, "sees its own write");
                                 if panics {
                                     panic!("execution {t}/{i} panics");
                                 }
@@ -164,10 +164,10 @@ fn resources_do_not_change_under_an_execution() {
         }
         for _ in 0..executions {
             cs.execute(|tx| {
-                let first = tx.read(&x).clone();
+                let first = tx.read(&x)?.clone();
                 for _ in 0..10 {
                     std::hint::black_box(x.read()); // plain reads never wait either
-                    assert_eq!(tx.read(&x), &first, "a resource changed mid-execution");
+                    assert_eq!(*tx.read(&x)?, first, "a resource changed mid-execution");
                 }
                 Ok::<_, Error>(())
             })
@@ -316,7 +316,7 @@ fn batched_executions_read_outside_variables_afresh() {
                     (0..each)
                         .map(|_| {
                             cs.execute(|tx| {
-                                let seen = tx.read(&outside)[[]];
+                                let seen = tx.read(&outside)?[[]];
                                 outside.assign_add(&arr0(1.0).into_dyn())?;
                                 tx.assign_add(&inside, &arr0(1.0).into_dyn())?;
                                 Ok::<_, Error>(seen)
@@ -482,7 +482,7 @@ fn non_exclusive_sections_sharing_a_resource_stay_serializable() {
         (0..each)
             .map(|_| {
                 cs.execute(|tx| {
-                    let x = tx.read(&v)[[]];
+                    let x = tx.read(&v)?[[]];
                     tx.assign_add(&v, &arr0(1.0).into_dyn())?;
                     Ok::<_, Error>(x as i64)
                 })
@@ -517,7 +517,7 @@ fn writing_outside_the_resource_set_is_an_error_reading_is_fine() {
         .unwrap();
     let err = cs
         .execute(|tx| {
-            let x = tx.read(&outside)[[]];
+            let x = tx.read(&outside)?[[]];
             tx.assign(&inside, arr0(x).into_dyn())?;
             tx.assign(&outside, arr0(0.0).into_dyn())
         })
@@ -546,7 +546,7 @@ fn resources_may_mix_element_types_and_see_their_own_writes() {
             tx.assign_add(&w, &ArrayD::ones(IxDyn(&[2])))?;
             tx.assign_add(&w, &ArrayD::ones(IxDyn(&[2])))?;
             tx.update(&step, |s| s + 1)?;
-            Ok::<_, Error>((tx.read(&w)[[0]], tx.read(&step)[[]]))
+            Ok::<_, Error>((tx.read(&w)?[[0]], tx.read(&step)?[[]]))
         })
         .unwrap();
     assert_eq!(seen, (2.0, 1));

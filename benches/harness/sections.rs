@@ -74,7 +74,7 @@ impl Section for MvSections {
     fn increment(&self) -> i64 {
         self.counter_cs
             .execute(|tx| {
-                let c = tx.read(&self.counter)[[]];
+                let c = tx.read(&self.counter)?[[]];
                 tx.assign(&self.counter, scalar(c + 1))?;
                 Ok::<_, Error>(c)
             })

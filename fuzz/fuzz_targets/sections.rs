@@ -192,7 +192,7 @@ fn run_steps(
                         .get_or_insert_with(|| model.values[v].clone())
                         .clone()
                 };
-                assert_eq!(tx.read(&vars[v]), &expected, "txn read of {}", name(v));
+                assert_eq!(*tx.read(&vars[v])?, expected, "txn read of {}", name(v));
             }
             Step::Assign(v, value) | Step::Add(v, value) | Step::Sub(v, value) => {
                 let v = v as usize % VARS;

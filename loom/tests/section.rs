@@ -13,9 +13,9 @@ use mvtensor::{CriticalSection, Error, Variable};
 
 fn count(cs: &CriticalSection, v: &Variable<i64>) -> i64 {
     cs.execute(|tx| {
-        let old = tx.read(v)[[]];
+        let old = tx.read(v)?[[]];
         tx.assign(v, value(old + 1))?;
-        assert_eq!(tx.read(v)[[]], old + 1, "sees its own write");
+        assert_eq!(tx.read(v)?[[]], old + 1, "sees its own write");
         // Before the commit others see the value as it was before this execution, or
         // before the batch it runs in: never this execution's write.
         assert!(v.read()[[]] <= old, "others see nothing before the commit");
@@ -93,7 +93,7 @@ fn plain_writes_queue_behind_executions() {
         };
         let old = cs
             .execute(|tx| {
-                let first = tx.read(&v)[[]];
+                let first = tx.read(&v)?[[]];
                 tx.assign(&v, value(first + 1))?;
                 Ok::<_, Error>(first)
             })
@@ -149,7 +149,7 @@ fn a_batch_reads_outside_variables_afresh() {
             .unwrap();
         let step = |cs: &CriticalSection, inside: &Variable<i64>, outside: &Variable<i64>| {
             cs.execute(|tx| {
-                let seen = tx.read(outside)[[]];
+                let seen = tx.read(outside)?[[]];
                 outside.assign_add(&value(1))?;
                 tx.assign_add(inside, &value(1))?;
                 Ok::<_, Error>(seen)

@@ -99,7 +99,9 @@ impl Serve<Job> for SectionInner {
 
     fn serve(&self, batch: &mut [&mut Job]) -> u64 {
         let tickets = self.enter();
-        let mut txn = Txn::new(&self.name, &self.resources);
+        // SAFETY: `serve` runs with the batch flag held.
+        let slots = unsafe { self.slots.get() };
+        let mut txn = Txn::new(&self.name, &self.resources, slots);
         for job in batch.iter() {
             txn.begin();
             // SAFETY: a job's closure is used by nobody else (its caller waits until the

@@ -17,6 +17,7 @@
 
 mod batch;
 mod claims;
+mod slot;
 mod txn;
 
 use std::fmt;
@@ -24,10 +25,11 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use batch::{Batcher, Job};
+use slot::{AnySlot, Slot};
 use smallvec::{smallvec, SmallVec};
 
 pub(crate) use claims::Claims;
-pub use txn::Txn;
+pub use txn::{Txn, TxnMut, TxnRef};
 
 use crate::error::Error;
 use crate::limbo::reclaim_now;
@@ -85,6 +87,9 @@ struct SectionInner {
     name: Arc<str>,
     /// Sorted by id, without duplicates: the order tickets are taken in.
     resources: Vec<Arc<dyn Resource>>,
+    /// What a batch does with each resource (same order); only the batch flag's holder
+    /// touches them.
+    slots: FlagHeld<Vec<Box<dyn AnySlot>>>,
     /// Orders the executions of a section without resources.
     own_queue: TicketQueue,
     /// Executions waiting to run in the next batch.
@@ -95,7 +100,7 @@ struct SectionInner {
 #[must_use = "call .build() to create the section"]
 pub struct CriticalSectionBuilder {
     name: Option<String>,
-    resources: Vec<Arc<dyn Resource>>,
+    resources: Vec<(Arc<dyn Resource>, Box<dyn AnySlot>)>,
     exclusive: bool,
 }
 
@@ -108,8 +113,19 @@ impl CriticalSectionBuilder {
 
     /// Adds a variable to the section's resource set. Element types may be mixed.
     pub fn resource<A: Element>(mut self, variable: &Variable<A>) -> Self {
-        self.resources.push(variable.inner.clone());
+        self.resources.push((
+            variable.inner.clone(),
+            Box::new(Slot::new(variable.clone())),
+        ));
         self
+    }
+
+    /// Adds every variable of `variables` (a model's parameters, say) to the resource set.
+    pub fn resources<'v, A: Element>(
+        self,
+        variables: impl IntoIterator<Item = &'v Variable<A>>,
+    ) -> Self {
+        variables.into_iter().fold(self, Self::resource)
     }
 
     /// Whether the section holds its resources exclusively (the default) or may share them
@@ -131,9 +147,10 @@ impl CriticalSectionBuilder {
             Some(name) => name.into(),
             None => format!("section#{id}").into(),
         };
-        let mut resources = self.resources;
-        resources.sort_by_key(|r| r.id());
-        resources.dedup_by_key(|r| r.id());
+        let mut both = self.resources;
+        both.sort_by_key(|(r, _)| r.id());
+        both.dedup_by_key(|(r, _)| r.id());
+        let (resources, slots): (Vec<_>, Vec<_>) = both.into_iter().unzip();
 
         for (i, resource) in resources.iter().enumerate() {
             let request = claims::Request {
@@ -154,10 +171,44 @@ impl CriticalSectionBuilder {
                 id,
                 name,
                 resources,
+                slots: FlagHeld(slots),
                 own_queue: TicketQueue::default(),
                 batcher: Batcher::default(),
             }),
         })
+    }
+}
+
+impl fmt::Debug for CriticalSectionBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CriticalSectionBuilder")
+            .field("name", &self.name)
+            .field(
+                "resources",
+                &self
+                    .resources
+                    .iter()
+                    .map(|(r, _)| r.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field("exclusive", &self.exclusive)
+            .finish()
+    }
+}
+
+/// What only the holder of a section's batch flag touches.
+struct FlagHeld<T>(T);
+
+// SAFETY: only the thread holding the batch flag reaches the contents (`get`), and the flag's
+// hand-over (Release when let go, Acquire when taken) orders one holder's accesses before
+// the next one's; moving the contents between threads that way needs `T: Send`.
+unsafe impl<T: Send> Sync for FlagHeld<T> {}
+
+impl<T> FlagHeld<T> {
+    /// # Safety
+    /// The caller holds the section's batch flag.
+    unsafe fn get(&self) -> &T {
+        &self.0
     }
 }
 

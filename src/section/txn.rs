@@ -1,25 +1,61 @@
-//! [`Txn`]: what an execution reads and the writes it stages.
+//! [`Txn`]: what an execution reads and writes, and the borrows it hands out.
 
 use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayViewMutD, LinalgScalar};
 use smallvec::SmallVec;
 
+use super::slot::{AnySlot, Borrow, Init, Slot};
 use super::Resource;
 use crate::error::{check_shape, Error, Result};
 use crate::kernel::{self, Delta, Sign};
-use crate::record::{CommitRecord, Record};
+use crate::record::CommitRecord;
 use crate::sync::epoch;
-use crate::variable::Taker;
-use crate::version::{Building, VersionRef};
+use crate::version::VersionRef;
 use crate::{Element, Variable};
 
 /// The view an execution of a [`CriticalSection`](crate::CriticalSection) works through.
 ///
 /// Reads see the resources as they are (nobody else can change them during the execution)
-/// plus this execution's own earlier writes. Writes are staged and become visible together
-/// when the closure returns `Ok`; if it returns `Err` or panics they are dropped.
+/// plus this execution's own writes. The first write to a resource copies it into a
+/// private *working copy* (a pooled version: no allocation in steady state), which later
+/// writes change in place; the working copies become the new versions, all at once, when
+/// the closure returns `Ok`. If it returns `Err` or panics they are dropped.
+///
+/// Borrows follow `RefCell`'s rules, per variable and checked at run time: any number of
+/// [`read`](Self::read)s, or one [`write`](Self::write), of each variable at a time, so an
+/// optimizer step can hold its parameters and moments mutably together while it reads the
+/// others. A conflicting borrow is [`Error::Borrowed`], never a panic.
+///
+/// ```
+/// use mvtensor::{CriticalSection, Error, Variable};
+/// use ndarray::{arr1, Zip};
+///
+/// let w = Variable::new(arr1(&[1.0f32, 2.0]).into_dyn());
+/// let m = Variable::new(arr1(&[0.0f32, 0.0]).into_dyn());
+/// let step = CriticalSection::builder().resources([&w, &m]).build()?;
+/// let grad = arr1(&[0.5f32, -0.5]).into_dyn();
+///
+/// // Momentum SGD, in place: m = 0.9 m + g; w -= 0.1 m.
+/// step.execute(|tx| {
+///     let (mut w, mut m) = (tx.write(&w)?, tx.write(&m)?);
+///     Zip::from(&mut *w).and(&mut *m).and(&grad).for_each(|w, m, &g| {
+///         *m = 0.9 * *m + g;
+///         *w -= 0.1 * *m;
+///     });
+///     Ok::<_, Error>(())
+/// })?;
+/// assert_eq!(w.read().as_slice().unwrap(), &[0.95, 2.05]);
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// **Only the `Txn` sees the execution's writes.** [`Variable::read`] inside the closure
+/// returns the committed value, from before this execution (and before the batch it runs
+/// in): read the section's resources through the `Txn`.
 ///
 /// Executions that arrive together share one `Txn`, one after another (see
 /// [`CriticalSection::execute`](crate::CriticalSection::execute)): each sees the writes of
@@ -31,303 +67,281 @@ use crate::{Element, Variable};
 /// [`Error::NotInResourceSet`].
 pub struct Txn<'s> {
     section: &'s str,
+    /// Sorted by id, as `slots`.
     resources: &'s [Arc<dyn Resource>],
-    /// Inline for up to four variables: most executions allocate no list for them.
-    entries: SmallVec<[Box<dyn Entry>; 4]>,
+    slots: &'s [Box<dyn AnySlot>],
+    /// Variables outside the resource set, as this execution first read them.
+    outside: RefCell<SmallVec<[Seen; 2]>>,
+    guard: epoch::Guard,
 }
 
-/// One variable the execution touched, type-erased so that resources may mix dtypes.
-trait Entry: Send {
-    fn id(&self) -> u64;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// Whether the variable is one of the section's resources.
-    fn is_resource(&self) -> bool;
-    /// An execution begins: forget the previous one's checkpoint.
-    fn begin(&mut self);
-    /// Before any install: panics unless the head is still the version the execution built
-    /// on (settling a slipped-in free write first), so that a broken invariant stops the
-    /// commit before anything is installed.
-    fn check(&self, guard: &epoch::Guard);
-    /// The execution failed: restore the staged value it began with.
-    fn rollback(&mut self);
-    /// Publishes the staged value with the shared pending `record`; false if nothing staged.
-    fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool;
-    /// After the record committed: retire the replaced version, count the commit.
-    fn finish(&mut self, guard: &epoch::Guard);
+/// A variable outside the resource set: its id, and the `VersionRef<A>` first read.
+type Seen = (u64, Box<dyn Any>);
+
+/// A shared borrow of a variable's value inside an execution: the execution's own working
+/// copy, or the committed value. Derefs to the array.
+#[must_use]
+pub struct TxnRef<'t, A: Element> {
+    inner: RefInner<'t, A>,
 }
 
-struct TypedEntry<A: Element> {
-    variable: Variable<A>,
-    resource: bool,
-    /// The version the execution read; for a resource, the head until we commit.
-    base: VersionRef<A>,
-    /// The next version, built in a pooled one, unpublished.
-    staged: Option<Building<A>>,
-    /// What `staged` was when the current execution first wrote it, for a rollback.
-    checkpoint: Option<Option<Building<A>>>,
-    installed: Option<VersionRef<A>>,
+enum RefInner<'t, A: Element> {
+    Resource(&'t ArrayD<A>, #[allow(dead_code)] Borrow<'t>),
+    Outside(VersionRef<A>),
 }
 
-impl<A: Element> TypedEntry<A> {
-    /// The value this execution sees: its own staged write, or the base.
-    fn current(&self) -> &ArrayD<A> {
-        self.staged
-            .as_ref()
-            .map_or(&self.base.data, |staged| &staged.data)
-    }
-
-    /// A pooled version to build the next staged value in.
-    fn building(&self) -> Building<A> {
-        self.variable.inner.building(self.current(), Taker::Anyone)
-    }
-
-    fn stage(&mut self, value: Building<A>) {
-        let before = self.staged.replace(value);
-        if self.checkpoint.is_none() {
-            self.checkpoint = Some(before);
-        }
-        // A value staged and replaced within one execution goes back to the pool as
-        // `before` drops (unless it is the checkpoint).
-    }
+/// The mutable borrow of a resource's working copy inside an execution. Derefs to an
+/// [`ArrayViewMutD`], so every in-place ndarray operation works on it (`+=`, `scaled_add`,
+/// `zip_mut_with`, `Zip`); the shape cannot change.
+#[must_use]
+pub struct TxnMut<'t, A: Element> {
+    view: ArrayViewMutD<'t, A>,
+    _borrow: Borrow<'t>,
 }
 
 impl<'s> Txn<'s> {
-    pub(super) fn new(section: &'s str, resources: &'s [Arc<dyn Resource>]) -> Self {
+    pub(super) fn new(
+        section: &'s str,
+        resources: &'s [Arc<dyn Resource>],
+        slots: &'s [Box<dyn AnySlot>],
+    ) -> Self {
         Self {
             section,
             resources,
-            entries: SmallVec::new(),
+            slots,
+            outside: RefCell::default(),
+            guard: epoch::pin(),
         }
     }
 
-    /// The variable's value in this execution: its own staged write, or the current value.
-    pub fn read<A: Element>(&mut self, variable: &Variable<A>) -> &ArrayD<A> {
-        self.entry(variable).current()
+    /// The variable's value in this execution: its working copy, or the committed value.
+    ///
+    /// # Errors
+    /// [`Error::Borrowed`] while this execution holds a [`write`](Self::write) of it.
+    pub fn read<A: Element>(&self, variable: &Variable<A>) -> Result<TxnRef<'_, A>> {
+        let inner = match self.slot(variable) {
+            Ok(slot) => {
+                let (data, borrow) = slot.read(self.section, &self.guard)?;
+                RefInner::Resource(data, borrow)
+            }
+            Err(_) => RefInner::Outside(self.outside(variable)),
+        };
+        Ok(TxnRef { inner })
     }
 
-    /// Stages `value` as the variable's new value.
+    /// The variable's working copy, to change in place; the first write of an execution
+    /// copies the value it sees into it.
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::Borrowed`] while this execution holds another
+    /// borrow of it.
+    pub fn write<A: Element>(&self, variable: &Variable<A>) -> Result<TxnMut<'_, A>> {
+        self.write_with(variable, Init::Copy)
+    }
+
+    /// Sets the variable's value to `value` (copied into the working copy, or moved in if
+    /// a dynamic-shape variable changes shape).
     ///
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] unless the shapes match (or the
-    /// variable has a dynamic shape).
-    pub fn assign<A: Element>(&mut self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
-        self.check_resource(variable)?;
+    /// variable has a dynamic shape); [`Error::Borrowed`].
+    pub fn assign<A: Element>(&self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
+        let slot = self.slot(variable)?;
         variable.check_new_shape(value.shape())?;
-        let entry = self.entry(variable);
-        let mut next = entry.building();
-        next.data = kernel::standard(value);
-        entry.stage(next);
+        let (data, _borrow) = slot.write(self.section, Init::Overwrite, &self.guard)?;
+        if data.shape() == value.shape() {
+            kernel::copy(&kernel::standard(value), data);
+        } else {
+            *data = kernel::standard(value);
+        }
         Ok(())
     }
 
-    /// Stages `current + delta`.
+    /// Adds `delta` to the working copy (in one sweep with the copy, on the first write).
     ///
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `delta` does not have exactly
-    /// the current shape.
-    pub fn assign_add<A: Element>(
-        &mut self,
-        variable: &Variable<A>,
-        delta: &ArrayD<A>,
-    ) -> Result<()> {
-        self.stage_delta(variable, delta, Sign::Add)
+    /// the current shape; [`Error::Borrowed`].
+    pub fn assign_add<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>) -> Result<()> {
+        self.add(variable, delta, Sign::Add)
     }
 
-    /// Stages `current - delta`.
+    /// Subtracts `delta` from the working copy.
     ///
     /// # Errors
     /// As for [`assign_add`](Self::assign_add).
-    pub fn assign_sub<A: Element>(
-        &mut self,
-        variable: &Variable<A>,
-        delta: &ArrayD<A>,
-    ) -> Result<()> {
-        self.stage_delta(variable, delta, Sign::Sub)
+    pub fn assign_sub<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>) -> Result<()> {
+        self.add(variable, delta, Sign::Sub)
     }
 
-    /// Stages `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
+    /// `current += alpha * x`, in place (ndarray's `scaled_add`, same argument order).
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `x` does not have exactly the
+    /// current shape; [`Error::Borrowed`].
+    pub fn scaled_add<A: Element + LinalgScalar>(
+        &self,
+        variable: &Variable<A>,
+        alpha: A,
+        x: &ArrayD<A>,
+    ) -> Result<()> {
+        check_shape(variable.name(), self.read(variable)?.shape(), x.shape())?;
+        self.write(variable)?.scaled_add(alpha, x);
+        Ok(())
+    }
+
+    /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
     ///
     /// # Errors
     /// As for [`assign`](Self::assign).
     pub fn update<A: Element>(
-        &mut self,
+        &self,
         variable: &Variable<A>,
         f: impl FnOnce(&ArrayD<A>) -> ArrayD<A>,
     ) -> Result<()> {
-        self.check_resource(variable)?;
-        let value = f(self.read(variable));
-        variable.check_new_shape(value.shape())?;
-        let entry = self.entry(variable);
-        let mut next = entry.building();
-        next.data = kernel::standard(value);
-        entry.stage(next);
-        Ok(())
+        self.slot(variable)?;
+        let value = f(&*self.read(variable)?);
+        self.assign(variable, value)
     }
 
-    fn stage_delta<A: Element>(
-        &mut self,
+    fn add<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>, sign: Sign) -> Result<()> {
+        let slot = self.slot(variable)?;
+        let init = Init::Delta(Delta { data: delta, sign });
+        slot.write(self.section, init, &self.guard).map(drop)
+    }
+
+    fn write_with<A: Element>(
+        &self,
         variable: &Variable<A>,
-        delta: &ArrayD<A>,
-        sign: Sign,
-    ) -> Result<()> {
-        self.check_resource(variable)?;
-        let entry = self.entry(variable);
-        check_shape(variable.name(), entry.current().shape(), delta.shape())?;
-        let mut next = entry.building();
-        kernel::apply(
-            entry.current(),
-            &[Delta { data: delta, sign }],
-            &mut next.data,
-        );
-        entry.stage(next);
-        Ok(())
+        init: Init<'_, A>,
+    ) -> Result<TxnMut<'_, A>> {
+        let (data, borrow) = self
+            .slot(variable)?
+            .write(self.section, init, &self.guard)?;
+        Ok(TxnMut {
+            view: data.view_mut(),
+            _borrow: borrow,
+        })
     }
 
-    fn check_resource<A: Element>(&self, variable: &Variable<A>) -> Result<()> {
+    /// The variable's slot, if it is one of the section's resources.
+    fn slot<A: Element>(&self, variable: &Variable<A>) -> Result<&'s Slot<A>> {
         let id = variable.id();
-        if self.resources.binary_search_by_key(&id, |r| r.id()).is_ok() {
-            Ok(())
-        } else {
-            Err(Error::NotInResourceSet {
+        match self.resources.binary_search_by_key(&id, |r| r.id()) {
+            Ok(i) => Ok(self.slots[i]
+                .as_any()
+                .downcast_ref::<Slot<A>>()
+                .expect("one id, one variable, one element type")),
+            Err(_) => Err(Error::NotInResourceSet {
                 variable: variable.name().to_owned(),
                 section: self.section.to_owned(),
-            })
+            }),
         }
     }
 
-    fn entry<A: Element>(&mut self, variable: &Variable<A>) -> &mut TypedEntry<A> {
+    /// A variable outside the resource set, as this execution first read it.
+    fn outside<A: Element>(&self, variable: &Variable<A>) -> VersionRef<A> {
         let id = variable.id();
-        let index = match self.entries.iter().position(|e| e.id() == id) {
-            Some(index) => index,
-            None => {
-                let guard = epoch::pin();
-                // A resource's head is ours until we commit: `current` helps a lock-free write
-                // that slipped in before the section claimed the variable, so that we build on
-                // it. Any other variable is read as it is now.
-                let resource = self.check_resource(variable).is_ok();
-                let base = if resource {
-                    let current = variable.inner.head.current(&guard);
-                    current.settle(&guard); // we hold the ticket
-                    current.version
-                } else {
-                    variable.inner.head.visible(&guard)
-                };
-                self.entries.push(Box::new(TypedEntry {
-                    variable: variable.clone(),
-                    resource,
-                    base: base.to_ref(),
-                    staged: None,
-                    checkpoint: None,
-                    installed: None,
-                }));
-                self.entries.len() - 1
-            }
-        };
-        self.entries[index]
-            .as_any_mut()
-            .downcast_mut::<TypedEntry<A>>()
-            .expect("one id, one variable, one element type")
+        let mut outside = self.outside.borrow_mut();
+        if let Some((_, seen)) = outside.iter().find(|(seen, _)| *seen == id) {
+            return seen
+                .downcast_ref::<VersionRef<A>>()
+                .expect("one id, one variable, one element type")
+                .clone();
+        }
+        let now = variable.inner.head.visible(&self.guard).to_ref();
+        outside.push((id, Box::new(now.clone())));
+        now
     }
 
     /// Starts the next execution of a batch: its writes are what a rollback undoes, and it
     /// reads variables outside the section afresh (as it would, run on its own).
     pub(super) fn begin(&mut self) {
-        self.entries.retain(|e| e.is_resource()); // the others never stage anything
-        self.entries.iter_mut().for_each(|e| e.begin());
+        self.outside.get_mut().clear();
+        self.slots.iter().for_each(|s| s.begin());
     }
 
     /// Undoes the writes of the execution since [`begin`](Self::begin).
     pub(super) fn rollback(&mut self) {
-        self.entries.iter_mut().for_each(|e| e.rollback());
+        self.slots.iter().for_each(|s| s.rollback());
     }
 
-    /// Installs every staged write with one pending record, commits the record (the moment
-    /// they all become visible), then retires what they replaced. The caller holds the
-    /// tickets of every resource, so the installs cannot lose a race; every head is checked
+    /// Makes every working copy the variable's new version, all at once. The caller holds
+    /// the tickets of every resource, so nothing can race the installs; every head is checked
     /// before the first install all the same, so that not even a broken invariant can leave
-    /// half a commit installed.
-    pub(super) fn commit(mut self) {
-        let guard = epoch::pin();
-        self.entries.iter().for_each(|e| e.check(&guard));
-        let record = Arc::new(CommitRecord::pending());
-        let mut any = false;
-        for entry in &mut self.entries {
-            any |= entry.install(&record, &guard);
-        }
-        if !any {
+    /// half a commit installed. A batch that wrote one variable publishes it as a plain write
+    /// does (committed as it is installed); several share one pending record, committed once
+    /// all are installed.
+    pub(super) fn commit(self) {
+        let guard = &self.guard;
+        let mut staged = self.slots.iter().filter(|s| s.staged());
+        let Some(first) = staged.next() else {
+            return;
+        };
+        if staged.next().is_none() {
+            first.check(guard);
+            first.publish(guard);
             return;
         }
+        let staged = || self.slots.iter().filter(|s| s.staged());
+        staged().for_each(|s| s.check(guard));
+        let record = Arc::new(CommitRecord::pending());
+        staged().for_each(|s| s.install(&record, guard));
         record.commit();
-        for entry in &mut self.entries {
-            entry.finish(&guard);
+        self.slots.iter().for_each(|s| s.finish(guard));
+    }
+}
+
+impl Drop for Txn<'_> {
+    /// The batch is over, committed or not (a panic): the slots are empty for the next one.
+    fn drop(&mut self) {
+        self.slots.iter().for_each(|s| s.clear());
+    }
+}
+
+impl fmt::Debug for Txn<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Txn")
+            .field("section", &self.section)
+            .field(
+                "resources",
+                &self.resources.iter().map(|r| r.name()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Element> Deref for TxnRef<'_, A> {
+    type Target = ArrayD<A>;
+    fn deref(&self) -> &ArrayD<A> {
+        match &self.inner {
+            RefInner::Resource(data, _) => data,
+            RefInner::Outside(version) => &version.data,
         }
     }
 }
 
-impl<A: Element> Entry for TypedEntry<A> {
-    fn id(&self) -> u64 {
-        self.variable.id()
+impl<'t, A: Element> Deref for TxnMut<'t, A> {
+    type Target = ArrayViewMutD<'t, A>;
+    fn deref(&self) -> &ArrayViewMutD<'t, A> {
+        &self.view
     }
+}
 
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
+impl<'t, A: Element> DerefMut for TxnMut<'t, A> {
+    fn deref_mut(&mut self) -> &mut ArrayViewMutD<'t, A> {
+        &mut self.view
     }
+}
 
-    fn is_resource(&self) -> bool {
-        self.resource
+impl<A: Element> fmt::Debug for TxnRef<'_, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
     }
+}
 
-    fn begin(&mut self) {
-        self.checkpoint = None;
-    }
-
-    fn check(&self, guard: &epoch::Guard) {
-        if self.staged.is_none() {
-            return;
-        }
-        let current = self.variable.inner.head.current(guard);
-        current.settle(guard); // we hold the ticket: only a slipped-in free write
-        assert!(
-            std::ptr::eq(current.version.as_ptr(), self.base.as_ptr()),
-            "a queued variable changed while its tickets were held"
-        );
-    }
-
-    fn rollback(&mut self) {
-        if let Some(before) = self.checkpoint.take() {
-            self.staged = before;
-        }
-    }
-
-    fn install(&mut self, record: &Arc<CommitRecord>, guard: &epoch::Guard) -> bool {
-        let Some(mut new) = self.staged.take() else {
-            return false;
-        };
-        let inner = &self.variable.inner;
-        new.number = self.base.number + 1;
-        new.record = Record::Shared(Arc::clone(record));
-        loop {
-            let current = inner.head.current(guard);
-            // `check` saw the base settled at the head, and only we may change it now.
-            debug_assert!(std::ptr::eq(current.version.as_ptr(), self.base.as_ptr()));
-            match inner.head.install(&current, new, guard) {
-                Ok(installed) => {
-                    self.installed = Some(installed.to_ref());
-                    return true;
-                }
-                // Only the queued mark can have changed (another section claiming or
-                // releasing the variable); the version is still ours to replace.
-                Err(lost) => new = lost,
-            }
-        }
-    }
-
-    fn finish(&mut self, guard: &epoch::Guard) {
-        if let Some(installed) = self.installed.take() {
-            installed.release_prev(guard);
-            self.variable
-                .inner
-                .published(installed.number, installed.bytes());
-        }
+impl<A: Element> fmt::Debug for TxnMut<'_, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.view, f)
     }
 }
