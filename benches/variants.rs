@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
+use harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use harness::sections::{Body, SectionRun, SectionVariant};
 use harness::workloads::{Dense, DenseRun, LatencyRun};
 use harness::{chunked, size_label, Budget, Variant, SIZES, THREADS};
@@ -114,5 +115,21 @@ fn sections(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, dense, read_latency, sections);
+/// Workload 7: Adam steps over a small model, 1 to 4 threads.
+fn optimizer(c: &mut Criterion) {
+    let mut group = c.benchmark_group("adam/1K");
+    configure(&mut group);
+    for variant in OptimizerVariant::ALL {
+        for threads in OPTIMIZER_THREADS {
+            group.throughput(Throughput::Elements(threads as u64));
+            let id = BenchmarkId::new(variant.name().replace(' ', "_"), threads);
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| variant.run(threads, Budget::Ops(iters)).elapsed)
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, dense, read_latency, sections, optimizer);
 criterion_main!(benches);

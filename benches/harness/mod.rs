@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod costs;
+pub mod optimizer;
 pub mod sections;
 pub mod subjects;
 pub mod workloads;

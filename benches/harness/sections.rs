@@ -35,7 +35,8 @@ pub trait Section: Sync + Sized {
 }
 
 /// mvtensor: a counter variable and two account variables (0-d `i64` tensors), each set
-/// driven by a [`CriticalSection`] (`execute` reads, then assigns).
+/// driven by a [`CriticalSection`] (`execute` changes the working copies in place, as a
+/// user would write it).
 pub struct MvSections {
     counter: Variable<i64>,
     counter_cs: CriticalSection,
@@ -74,9 +75,9 @@ impl Section for MvSections {
     fn increment(&self) -> i64 {
         self.counter_cs
             .execute(|tx| {
-                let c = tx.read(&self.counter)?[[]];
-                tx.assign(&self.counter, scalar(c + 1))?;
-                Ok::<_, Error>(c)
+                let mut c = tx.write(&self.counter)?;
+                c[[]] += 1;
+                Ok::<_, Error>(c[[]] - 1)
             })
             .expect("the counter execution cannot fail")
     }
@@ -88,9 +89,9 @@ impl Section for MvSections {
         };
         self.bank_cs
             .execute(|tx| {
-                let amount = scalar(amount);
-                tx.assign_sub(from, &amount)?;
-                tx.assign_add(to, &amount)
+                tx.write(from)?[[]] -= amount;
+                tx.write(to)?[[]] += amount;
+                Ok::<_, Error>(())
             })
             .expect("the transfer execution cannot fail");
     }
