@@ -97,7 +97,13 @@ impl Plain {
         self.t += 1;
         for (i, g) in grads.iter().enumerate() {
             let (p, m, v) = (&mut self.p[i], &mut self.m[i], &mut self.v[i]);
-            adam(&mut p.view_mut(), &mut m.view_mut(), &mut v.view_mut(), g, self.t);
+            adam(
+                &mut p.view_mut(),
+                &mut m.view_mut(),
+                &mut v.view_mut(),
+                g,
+                self.t,
+            );
         }
     }
 }
@@ -115,7 +121,9 @@ impl Optimizer for MvAdam {
     const NAME: &'static str = "mvtensor CriticalSection";
     fn new() -> Self {
         let t = Variable::new(arr0(0i64).into_dyn());
-        let p: Vec<_> = (0..SHAPES.len()).map(|i| Variable::new(initial(i))).collect();
+        let p: Vec<_> = (0..SHAPES.len())
+            .map(|i| Variable::new(initial(i)))
+            .collect();
         let m: Vec<_> = (0..SHAPES.len()).map(|i| Variable::new(zeros(i))).collect();
         let v: Vec<_> = (0..SHAPES.len()).map(|i| Variable::new(zeros(i))).collect();
         let section = CriticalSection::builder()
@@ -126,7 +134,13 @@ impl Optimizer for MvAdam {
             .resources(&v)
             .build()
             .expect("fresh variables are unclaimed");
-        MvAdam { t, p, m, v, section }
+        MvAdam {
+            t,
+            p,
+            m,
+            v,
+            section,
+        }
     }
     fn step(&self, grads: &[ArrayD<f32>]) {
         self.section
@@ -199,7 +213,12 @@ pub fn optimize<O: Optimizer>(threads: usize, budget: Budget) -> Throughput {
     assert_eq!(t as u64, total, "{}: LOST STEPS", O::NAME);
     let mut replay = Plain::new();
     (0..total).for_each(|_| replay.step(&grads));
-    assert_eq!(params, replay.p, "{}: parameters differ from a serial replay", O::NAME);
+    assert_eq!(
+        params,
+        replay.p,
+        "{}: parameters differ from a serial replay",
+        O::NAME
+    );
     Throughput {
         ops: total,
         elapsed,

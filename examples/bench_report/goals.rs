@@ -25,6 +25,7 @@ impl Report<'_> {
             self.goal_write_big(),
             self.goal_write_small(),
             self.goal_section(),
+            self.goal_optimizer(),
             self.goal_memory(),
         ]
     }
@@ -285,19 +286,30 @@ impl Report<'_> {
         }
     }
 
-    /// The tiny critical section (counter): at least 1x the best lock, every thread count.
+    /// The tiny critical section (counter), issue 9: at least 0.35x the best lock at one
+    /// thread and 0.5x at 2, 4 and 8; the transfer at least 0.25x everywhere.
     fn goal_section(&self) -> Goal {
-        let rs: Vec<(usize, f64, SectionVariant)> = THREADS
+        let goal = |t: usize| if t == 1 { 0.35 } else { 0.5 };
+        let ratios = |body: Body| -> Vec<(usize, f64, SectionVariant)> {
+            THREADS
+                .iter()
+                .map(|&t| {
+                    let mv = self.section(body, t, SectionVariant::Mvtensor);
+                    let (lock, l) = self.best_section_lock(body, t);
+                    (t, mv / l, lock)
+                })
+                .collect()
+        };
+        let (counter, transfer) = (ratios(Body::Counter), ratios(Body::Transfer));
+        let list = |rs: &[(usize, f64, SectionVariant)]| {
+            rs.iter()
+                .map(|r| format!("{:.3}", r.1))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let worst = counter
             .iter()
-            .map(|&t| {
-                let mv = self.section(Body::Counter, t, SectionVariant::Mvtensor);
-                let (lock, l) = self.best_section_lock(Body::Counter, t);
-                (t, mv / l, lock)
-            })
-            .collect();
-        let worst = rs
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .min_by(|a, b| (a.1 / goal(a.0)).total_cmp(&(b.1 / goal(b.0))))
             .expect("thread counts");
         let ns = |x: f64| (1e9 / x) as u64;
         let mv1 = ns(self.section(Body::Counter, 1, SectionVariant::Mvtensor));
@@ -305,32 +317,30 @@ impl Report<'_> {
         let mv8 = ns(self.section(Body::Counter, 8, SectionVariant::Mvtensor));
         let fu8 = self.section(Body::Counter, 8, SectionVariant::MvFetchUpdate);
         Goal {
-            name: "Tiny critical section (scalar counter)".into(),
-            target: "≥ 1.0x the best lock".into(),
+            name: "Tiny critical section (scalar counter; transfer)".into(),
+            target: "counter ≥ 0.35x the best lock at 1 thread, ≥ 0.5x at 2-8; transfer ≥ 0.25x"
+                .into(),
             measured: format!(
-                "at 1/2/4/8 threads: {}x",
-                rs.iter()
-                    .map(|r| format!("{:.3}", r.1))
-                    .collect::<Vec<_>>()
-                    .join("/"),
+                "counter at 1/2/4/8 threads: {}x; transfer: {}x",
+                list(&counter),
+                list(&transfer)
             ),
-            met: rs.iter().all(|r| r.1 >= 1.0),
+            met: counter.iter().all(|r| r.1 >= goal(r.0)) && transfer.iter().all(|r| r.1 >= 0.25),
             why: format!(
-                "{:.3}x at worst ({} threads, against {}), i.e. {:.0}x slower. With one thread \
-                 an execution took {} against {} for the best lock: it stages through a `Txn` \
-                 (a boxed entry, a count of the base version), allocates a new 0-d tensor and \
-                 an `Arc` commit record, takes a pooled version, commits, and retires the old \
-                 version through the epoch, where the lock's body is one add (issue 9). With more \
-                 threads, executions that arrive together run back to back on one thread and \
-                 commit once (a batch), so there is no hand-off between them: at 8 threads an \
-                 execution took {} ({:.1}x its one-thread cost). An unfair lock does better \
-                 still: the running thread takes it again and again with no hand-off at all, \
-                 and its body stays one add. (The lock-free `fetch_update` counter does {} \
-                 increments/s at 8 threads, {:.1}x the section.)",
+                "Counter: {:.3}x at worst against its goal ({} threads, against {}). With one \
+                 thread an execution took {} against {} for the best lock, whose body is one \
+                 add. An execution writes its working copy in place now (no array, `Box` or \
+                 `Arc` per execution), but still pays, in about 1,650 instructions (callgrind): \
+                 the re-entrancy flag, the batch flag and its release, a ticket per resource, an \
+                 epoch pin, a pooled working copy, a pre-committed install and the retirement \
+                 of the old version through the epoch (limbo). Executions that arrive together \
+                 run back to back on one thread and commit once (a batch), waiters park: at 8 \
+                 threads an execution took {} ({:.1}x its one-thread cost). (The lock-free \
+                 `fetch_update` counter does {} increments/s at 8 threads, {:.1}x the \
+                 section.)",
                 worst.1,
                 worst.0,
                 worst.2.name(),
-                1.0 / worst.1,
                 latency(mv1),
                 latency(lock1),
                 latency(mv8),

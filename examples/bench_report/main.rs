@@ -21,6 +21,7 @@ mod format;
 mod goals;
 mod losses;
 mod memory;
+mod optimizer;
 mod plot;
 mod report;
 mod run;

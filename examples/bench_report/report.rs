@@ -71,6 +71,7 @@ impl Report<'_> {
         self.latency_section(&mut s);
         self.section_section(&mut s);
         self.memory_section(&mut s);
+        self.optimizer_section(&mut s);
         self.where_we_lose(&mut s, &goals);
         self.method(&mut s);
         s

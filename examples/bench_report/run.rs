@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::harness::costs::{self, CostPlan, Costs};
+use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
 use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
 use crate::harness::{median, Budget, Variant, SIZES, THREADS};
@@ -66,6 +67,8 @@ pub(crate) struct Results {
     pub(crate) latency: Vec<((usize, usize), LatencyCells)>,
     /// Median executions/s by (body, threads, variant).
     pub(crate) sections: HashMap<(Body, usize, SectionVariant), f64>,
+    /// Median Adam steps/s by (threads, variant).
+    pub(crate) optimizer: HashMap<(usize, OptimizerVariant), f64>,
     /// By (elements, variant): every variant at 1M, mvtensor also at the smaller sizes.
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
     /// CPU ns per operation beside the same run's floor.
@@ -173,6 +176,21 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         }
     }
 
+    progress(started, "optimizer steps");
+    let mut optimizer = HashMap::new();
+    for threads in OPTIMIZER_THREADS {
+        let mut runs: HashMap<OptimizerVariant, Vec<f64>> = HashMap::new();
+        for round in 0..plan.rounds {
+            for variant in rotated(&OptimizerVariant::ALL, round) {
+                let t = variant.run(threads, Budget::Time(plan.section));
+                runs.entry(variant).or_default().push(t.per_s());
+            }
+        }
+        for (variant, xs) in runs {
+            optimizer.insert((threads, variant), median(xs));
+        }
+    }
+
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
     for n in SIZES {
@@ -189,6 +207,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         batch,
         latency,
         sections,
+        optimizer,
         memory,
         costs,
     }

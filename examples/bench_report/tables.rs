@@ -198,7 +198,7 @@ impl Report<'_> {
         let _ = writeln!(
             s,
             "**counter**: increment a scalar `i64`, returning the old value (mvtensor: \
-             `CriticalSection::execute` reads and assigns a 0-d variable; also shown, the \
+             `CriticalSection::execute` changes a 0-d variable's working copy in place; also shown, the \
              lock-free `fetch_update` on a variable without a section). **transfer**: move 1 \
              between two accounts atomically (mvtensor: one section over two 0-d variables; \
              the others: one lock or RCU cell guarding both balances). Executions/s; in \
