@@ -61,7 +61,9 @@
 //! * **Critical sections.** A [`CriticalSection`] runs closures over a set of variables one
 //!   at a time, first come first served, and commits each one's writes all-or-nothing. A
 //!   nested `execute` is an error, not a deadlock; a panic commits nothing and poisons
-//!   nothing; sections sharing a variable non-exclusively are still serializable.
+//!   nothing; sections sharing a variable non-exclusively are still serializable. Inside,
+//!   the [`Txn`] lends private working copies to change in place, several at once (an
+//!   optimizer step over parameters and moments), checked like a `RefCell`.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
 //!   the commit order, never half an execution, and never waits for a writer.
 //! * **Typed errors.** Wrong shape (never broadcast), wrong dtype, unknown or duplicate

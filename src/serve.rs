@@ -13,8 +13,9 @@
 //! that serves it (or makes it the next holder) unparks it. With more waiters than cores,
 //! waiters that spin or yield take the cores the holder needs (a 4 MiB combining pass took
 //! 1.7 ms instead of 0.2 ms); but waking a parked thread costs more than a pass over a small
-//! tensor. Every caller of one [`Server`] waits the same way (a variable's deltas all have
-//! its size; a section's executions all park).
+//! tensor; [`Wait::YieldThenPark`] sits between the two. Every caller of one [`Server`]
+//! waits the same way (a variable's deltas all have its size; a section's executions all
+//! yield, then park).
 //!
 //! **Nobody is stranded.** A parked caller is never woken by a timer, so some flag holder
 //! must see every announced request:
@@ -41,12 +42,14 @@ use std::ptr;
 use smallvec::SmallVec;
 
 use crate::announce::{Announcements, Linked};
-use crate::sync::{current_thread, fence, park, AtomicU64, Backoff, Ordering, Thread};
+use crate::sync::{current_thread, fence, park, yield_now, AtomicU64, Backoff, Ordering, Thread};
 
 /// No outcome yet; every other value is the server's to define.
 const WAITING: u64 = 0;
-/// Spins before a parking caller parks.
+/// Spins before a parking caller parks (or starts yielding).
 const SPINS: u32 = 64;
+/// Yields of a [`Wait::YieldThenPark`] caller before it parks.
+const YIELDS: u32 = if cfg!(mvtensor_loom) { 1 } else { 32 };
 /// Batches a holder runs at most before handing the flag to the caller of a pending request.
 /// Under loom, one: so that two callers already reach the hand-off.
 const PASSES: usize = if cfg!(mvtensor_loom) { 1 } else { 4 };
@@ -58,6 +61,9 @@ pub(crate) enum Wait {
     Spin,
     /// Spin briefly, then park until the holder that serves us unparks us.
     Park,
+    /// Spin, then yield a few times, then park: for batches usually shorter than a wake-up
+    /// that may now and then run long.
+    YieldThenPark,
 }
 
 /// One caller's announced work and the outcome the batch that served it gives it.
@@ -128,7 +134,7 @@ impl<P> Server<P> {
             // SAFETY: our own request; its batch is over.
             return unsafe { (*request).outcome.load(Ordering::Relaxed) };
         }
-        if wait == Wait::Park {
+        if wait != Wait::Spin {
             // SAFETY: not announced yet: ours alone. `push` publishes the handle with it.
             unsafe { (*request).waiter = Some(current_thread()) };
         }
@@ -154,6 +160,9 @@ impl<P> Server<P> {
             } else if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
+            } else if wait == Wait::YieldThenPark && spins < SPINS + YIELDS {
+                spins += 1;
+                yield_now();
             } else {
                 park(); // the holder that serves us, or makes us its heir, unparks us
             }

@@ -11,17 +11,30 @@ use common::{run_model, scalar, value};
 use loom::thread;
 use mvtensor::{CriticalSection, Error, Variable};
 
+/// Increments `v` in a working copy changed in place (the even calls: `tx.write`) or
+/// replaced (the odd ones: `tx.assign`), and checks what the caller is promised.
 fn count(cs: &CriticalSection, v: &Variable<i64>) -> i64 {
-    cs.execute(|tx| {
-        let old = tx.read(v)?[[]];
-        tx.assign(v, value(old + 1))?;
-        assert_eq!(tx.read(v)?[[]], old + 1, "sees its own write");
-        // Before the commit others see the value as it was before this execution, or
-        // before the batch it runs in: never this execution's write.
-        assert!(v.read()[[]] <= old, "others see nothing before the commit");
-        Ok::<_, Error>(old)
-    })
-    .unwrap()
+    let old = cs
+        .execute(|tx| {
+            let old = tx.read(v)?[[]];
+            if old % 2 == 0 {
+                tx.write(v)?[[]] += 1;
+            } else {
+                tx.assign(v, value(old + 1))?;
+            }
+            assert_eq!(tx.read(v)?[[]], old + 1, "sees its own write");
+            // Before the commit others see the value as it was before this execution, or
+            // before the batch it runs in: never this execution's write.
+            assert!(v.read()[[]] <= old, "others see nothing before the commit");
+            Ok::<_, Error>(old)
+        })
+        .unwrap();
+    // When `execute` returns, its write is committed and visible to its caller.
+    assert!(
+        v.read()[[]] > old,
+        "the caller sees its own execution's write"
+    );
+    old
 }
 
 /// Two executions of `count` (TensorFlow's example): each sees a distinct old value, whether

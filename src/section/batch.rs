@@ -13,9 +13,11 @@
 //! tickets once, runs the jobs in the order they arrived on one shared [`Txn`] (each sees
 //! the writes of those before it; a job that fails or panics is rolled back to where it
 //! began), commits the survivors' writes as one version per variable, lets the tickets go,
-//! and only then marks each job done. Waiters spin briefly and then park until the batch
-//! that ran their job wakes them: with more threads than cores, waiters that kept spinning
-//! took the cores the batch needed.
+//! and only then marks each job done. Waiters spin, yield a few times, and then park until
+//! the batch that ran their job wakes them: a tiny execution is shorter than a wake-up, but
+//! a long one (an optimizer step) should not have its waiters take the cores it needs.
+//! Measured on 2 cores, a 0-d counter at 8 threads: 1.0 M executions/s with waiters that
+//! only spin and yield, 0.8 M with this, 0.7 M with waiters that park after spinning.
 //!
 //! Every job's caller is blocked inside its call while its job runs, so the batch's commit
 //! point lies within every call: the executions are linearizable, in batch order. What a
@@ -82,7 +84,7 @@ impl SectionInner {
         let state = unsafe {
             self.batcher
                 .jobs
-                .submit(&mut Request::new(job), Wait::Park, self)
+                .submit(&mut Request::new(job), Wait::YieldThenPark, self)
         };
         assert_eq!(
             state, DONE,
