@@ -42,7 +42,9 @@ use std::ptr;
 use smallvec::SmallVec;
 
 use crate::announce::{Announcements, Linked};
-use crate::sync::{current_thread, fence, park, yield_now, AtomicU64, Backoff, Ordering, Thread};
+use crate::sync::{
+    current_thread, fence, park, yield_now, AtomicU64, Backoff, Handoff, Ordering, Thread,
+};
 
 /// No outcome yet; every other value is the server's to define.
 const WAITING: u64 = 0;
@@ -74,6 +76,9 @@ pub(crate) struct Request<P> {
     /// The caller to unpark once the outcome is set; only a caller that may park sets it,
     /// so the uncontended path clones no thread handle.
     waiter: Option<Thread>,
+    /// What the batch did for the caller (its payload's effects) passes here, with the
+    /// outcome: loom checks that the caller only looks after the outcome's Acquire.
+    handoff: Handoff,
 }
 
 impl<P> Request<P> {
@@ -83,6 +88,7 @@ impl<P> Request<P> {
             next: ptr::null_mut(),
             outcome: AtomicU64::new(WAITING),
             waiter: None,
+            handoff: Handoff::default(),
         }
     }
 }
@@ -151,6 +157,8 @@ impl<P> Server<P> {
             // SAFETY: valid (ours); only its atomic outcome is shared now.
             let outcome = unsafe { (*request).outcome.load(Ordering::Acquire) };
             if outcome != WAITING {
+                // SAFETY: ours, and the batch is done with it.
+                unsafe { (*request).handoff.touch() };
                 return outcome;
             }
             if self.requests.try_lock() {
@@ -226,7 +234,10 @@ impl<P> Drop for Finish<'_, P> {
     fn drop(&mut self) {
         for &request in self.taken {
             // SAFETY: valid until its outcome is stored, below; read the handle first.
-            let waiter = unsafe { (*request).waiter.clone() };
+            let waiter = unsafe {
+                (*request).handoff.touch(); // the batch's effects, handed over by the store
+                (*request).waiter.clone()
+            };
             // Release: the batch happens-before the caller's return. This is the last access
             // to the request: its caller may return and free it right after.
             // SAFETY: valid until this very store.

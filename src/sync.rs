@@ -45,6 +45,22 @@ impl<T> Mutex<T> {
     }
 }
 
+/// Marks where a protocol hands something from one thread to another (a served request's
+/// results): both sides `touch` it, the sender before its releasing store, the receiver after
+/// its acquiring load. Free in a normal build; under loom a tracked cell, so a model fails
+/// with a causality violation if the ordering between the two is ever weakened.
+#[derive(Default)]
+pub(crate) struct Handoff(#[cfg(mvtensor_loom)] loom::cell::UnsafeCell<()>);
+
+impl Handoff {
+    /// Records a write access (loom only).
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        #[cfg(mvtensor_loom)]
+        self.0.with_mut(|_| ());
+    }
+}
+
 /// Gives the processor (or, under loom, the model's scheduler) to another thread.
 pub(crate) fn yield_now() {
     #[cfg(not(mvtensor_loom))]
