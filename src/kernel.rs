@@ -104,18 +104,19 @@ fn fill_chunk<A: Element>(
         Sign::Sub => zip_into(out, base, first, A::sub),
     }
     for (delta, sign) in rest {
-        let delta = &delta[range.clone()];
-        match sign {
-            Sign::Add => out
-                .iter_mut()
-                .zip(delta)
-                .for_each(|(o, &d)| *o = A::add(*o, d)),
-            Sign::Sub => out
-                .iter_mut()
-                .zip(delta)
-                .for_each(|(o, &d)| *o = A::sub(*o, d)),
-        }
+        accumulate(out, &delta[range.clone()], *sign);
     }
+}
+
+/// `out[i] ±= delta[i]`; both have the same length.
+#[inline(always)]
+fn accumulate<A: Element>(out: &mut [A], delta: &[A], sign: Sign) {
+    debug_assert_eq!(out.len(), delta.len());
+    let op = match sign {
+        Sign::Add => A::add,
+        Sign::Sub => A::sub,
+    };
+    out.iter_mut().zip(delta).for_each(|(o, &d)| *o = op(*o, d));
 }
 
 /// `out[i] = op(a[i], b[i])`; all three have the same length.
@@ -130,17 +131,20 @@ fn zip_into<A: Copy>(out: &mut [A], a: &[A], b: &[A], op: impl Fn(A, A) -> A) {
 /// `out ±= delta`, in place (a transaction's working copy). Same shapes.
 pub(crate) fn apply_in_place<A: Element>(out: &mut ArrayD<A>, delta: Delta<'_, A>) {
     debug_assert_eq!(out.shape(), delta.data.shape());
-    let op = match delta.sign {
-        Sign::Add => A::add,
-        Sign::Sub => A::sub,
-    };
     match (out.as_slice_mut(), delta.data.as_slice()) {
-        (Some(out), Some(d)) => out.iter_mut().zip(d).for_each(|(o, &d)| *o = op(*o, d)),
-        _ => out.zip_mut_with(delta.data, |o, &d| *o = op(*o, d)),
+        (Some(out), Some(d)) => accumulate(out, d, delta.sign),
+        _ => {
+            let op = match delta.sign {
+                Sign::Add => A::add,
+                Sign::Sub => A::sub,
+            };
+            out.zip_mut_with(delta.data, |o, &d| *o = op(*o, d));
+        }
     }
 }
 
-/// `out = from`, element by element (same shapes, both versions: standard layout).
+/// `out = from`, element by element (same shapes; `out` is a version, in standard layout;
+/// `from` in any layout).
 pub(crate) fn copy<A: Element>(from: &ArrayD<A>, out: &mut ArrayD<A>) {
     debug_assert_eq!(out.shape(), from.shape());
     match (out.as_slice_mut(), from.as_slice()) {

@@ -208,3 +208,14 @@ fn builder_and_txn_print_their_resources() {
         "{seen}"
     );
 }
+
+/// `assign` copies a value of any memory layout into the working copy in logical order.
+#[test]
+fn assign_copies_any_layout_in_logical_order() {
+    use ndarray::ShapeBuilder;
+    let x = Variable::new(ArrayD::<f32>::zeros(vec![2, 3]));
+    let cs = CriticalSection::builder().resource(&x).build().unwrap();
+    let fortran = ArrayD::from_shape_vec(vec![2, 3].f(), vec![1.0f32, 4., 2., 5., 3., 6.]).unwrap();
+    cs.execute(|tx| tx.assign(&x, fortran.clone())).unwrap();
+    assert_eq!(x.read().as_slice().unwrap(), &[1.0, 2., 3., 4., 5., 6.]);
+}

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use super::slot::{AnySlot, Borrow, Init, Slot};
 use super::Resource;
-use crate::error::{check_shape, Error, Result};
+use crate::error::{check_shape, same_shape, Error, Result};
 use crate::kernel::{self, Delta, Sign};
 use crate::record::CommitRecord;
 use crate::sync::epoch;
@@ -149,8 +149,8 @@ impl<'s> Txn<'s> {
         let slot = self.slot(variable)?;
         variable.check_new_shape(value.shape())?;
         let (data, _borrow) = slot.write(self.section, Init::Overwrite, &self.guard)?;
-        if data.shape() == value.shape() {
-            kernel::copy(&kernel::standard(value), data);
+        if same_shape(data.shape(), value.shape()) {
+            kernel::copy(&value, data); // one pass, whatever `value`'s layout
         } else {
             *data = kernel::standard(value);
         }
