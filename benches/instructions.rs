@@ -114,7 +114,7 @@ fn counter_lock() -> parking_lot::Mutex<i64> {
 fn counter() -> Variable<i64> {
     let v = Variable::new(arr0(0i64).into_dyn());
     for _ in 0..WARM_UP {
-        v.fetch_update(|c| c + 1).expect("same shape");
+        drop(v.fetch_update(|c| c + 1).expect("same shape"));
     }
     v
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mvtensor::Variable;
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, ArrayRef, IxDyn};
 
 /// Elements each read sums: the "small amount of work" a reader does on what it read.
 const READ_SLICE: usize = 64;
@@ -62,7 +62,7 @@ impl Subject for Mutex<ArrayD<f32>> {
     }
 }
 
-fn slice_sum(a: &ArrayD<f32>) -> f32 {
+fn slice_sum(a: &ArrayRef<f32, IxDyn>) -> f32 {
     let slice = a.as_slice().expect("a standard-layout tensor");
     slice[..READ_SLICE].iter().sum()
 }

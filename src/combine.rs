@@ -56,7 +56,7 @@ pub(crate) trait Publish<A> {
     fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64>;
 }
 
-impl<A: 'static> Combiner<A> {
+impl<A: Copy + 'static> Combiner<A> {
     /// Applies `delta` (alone or combined with others) and returns the version number that
     /// includes it, or `None` if the writer must apply it on its own.
     pub(crate) fn submit<P: Publish<A>>(&self, delta: Delta<'_, A>, publish: &P) -> Option<u64> {
@@ -82,7 +82,7 @@ impl<A: 'static> Combiner<A> {
 /// One combining pass over a batch of deltas.
 struct Pass<'p, P>(&'p P);
 
-impl<A, P: Publish<A>> Serve<Delta<'static, A>> for Pass<'_, P> {
+impl<A: Copy, P: Publish<A>> Serve<Delta<'static, A>> for Pass<'_, P> {
     const UNWOUND: u64 = ALONE;
 
     fn serve(&self, batch: &mut [&mut Delta<'static, A>]) -> u64 {

@@ -54,6 +54,8 @@ pub trait Element:
     fn add(a: Self, b: Self) -> Self;
     /// `a - b` (wrapping for integers).
     fn sub(a: Self, b: Self) -> Self;
+    /// `a * b` (wrapping for integers).
+    fn mul(a: Self, b: Self) -> Self;
 }
 
 mod sealed {
@@ -73,6 +75,10 @@ macro_rules! float {
             fn sub(a: Self, b: Self) -> Self {
                 a - b
             }
+            #[inline(always)]
+            fn mul(a: Self, b: Self) -> Self {
+                a * b
+            }
         }
     };
 }
@@ -89,6 +95,10 @@ macro_rules! int {
             #[inline(always)]
             fn sub(a: Self, b: Self) -> Self {
                 a.wrapping_sub(b)
+            }
+            #[inline(always)]
+            fn mul(a: Self, b: Self) -> Self {
+                a.wrapping_mul(b)
             }
         }
     };

@@ -48,6 +48,22 @@ pub enum Error {
         found: DType,
     },
 
+    /// A typed handle (`Variable<A, Ix2>`, say) was asked for a variable of another rank,
+    /// or a write would change the rank of a variable whose rank is fixed.
+    #[error(
+        "rank mismatch on variable `{variable}`: it has {}, {} was asked for",
+        rank_words(*expected),
+        rank_words(*found)
+    )]
+    RankMismatch {
+        /// The variable.
+        variable: String,
+        /// The variable's rank (`None`: a dynamic shape whose rank may change).
+        expected: Option<usize>,
+        /// The rank asked for or supplied (`None`: any rank, `IxDyn`).
+        found: Option<usize>,
+    },
+
     /// No variable of that name exists.
     #[error("no variable named `{name}`")]
     NotFound {
@@ -135,6 +151,13 @@ pub enum Error {
         /// The section.
         section: String,
     },
+}
+
+fn rank_words(rank: Option<usize>) -> String {
+    match rank {
+        Some(rank) => format!("rank {rank}"),
+        None => "a rank that may change".to_owned(),
+    }
 }
 
 /// `Result<T, mvtensor::Error>`.

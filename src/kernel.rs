@@ -1,4 +1,5 @@
-//! The dense pass behind `assign_add`/`assign_sub`: `base ± d1 ± d2 ± ...` in one sweep.
+//! The dense pass behind `assign_add`/`assign_sub`/`scaled_add`: `base ± d1 + a2 * d2 ...` in
+//! one sweep.
 //!
 //! Memory bandwidth is the limit for dense updates, so the pass reads the base and each
 //! delta once and writes the result once, chunk by chunk (a chunk stays in L1 while every
@@ -10,31 +11,45 @@
 //! (the pass waited for the pool, the pool for the pass): whatever runs a pass must never wait
 //! for a thread that may be waiting for it (`docs/design.md`, §9, "Who waits for whom").
 
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayRef, IxDyn};
 use smallvec::SmallVec;
 
 use crate::Element;
 
-/// Whether a delta is added or subtracted.
+/// How a delta is applied: added, subtracted, or added times a factor (`scaled_add`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sign {
+pub(crate) enum Op<A> {
     Add,
     Sub,
+    Scaled(A),
+}
+
+impl<A: Element> Op<A> {
+    /// `out ⊕ d` for this op, as a function of the two elements.
+    #[inline(always)]
+    fn apply(self, out: A, d: A) -> A {
+        match self {
+            Op::Add => A::add(out, d),
+            Op::Sub => A::sub(out, d),
+            Op::Scaled(alpha) => A::add(out, A::mul(alpha, d)),
+        }
+    }
 }
 
 /// One delta of a pass; its shape was checked against the variable's.
+#[derive(Debug)]
 pub(crate) struct Delta<'a, A> {
-    pub(crate) data: &'a ArrayD<A>,
-    pub(crate) sign: Sign,
+    pub(crate) data: &'a ArrayRef<A, IxDyn>,
+    pub(crate) op: Op<A>,
 }
 
-// By hand: a derive would require `A: Copy`, but only the borrow is copied.
-impl<A> Clone for Delta<'_, A> {
+// By hand: a derive would require `A: Copy` of the borrow; `Op` is `Copy` for our elements.
+impl<A: Copy> Clone for Delta<'_, A> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<A> Copy for Delta<'_, A> {}
+impl<A: Copy> Copy for Delta<'_, A> {}
 
 /// Elements per chunk: 16 KiB of f32, small enough to stay in L1 across all deltas.
 const CHUNK: usize = 4096;
@@ -49,12 +64,9 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
     let base = base.as_slice().expect("versions are in standard layout");
     let out = out.as_slice_mut().expect("versions are in standard layout");
     // One contiguous delta (an uncontended write): one sweep, no chunking, no lists.
-    if let [Delta { data, sign }] = deltas {
+    if let [Delta { data, op }] = deltas {
         if let Some(delta) = data.as_slice() {
-            match sign {
-                Sign::Add => zip_into(out, base, delta, A::add),
-                Sign::Sub => zip_into(out, base, delta, A::sub),
-            }
+            zip_into(out, base, delta, *op);
             return;
         }
     }
@@ -69,7 +81,7 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
             .collect()
     };
     let mut copies = copies.iter();
-    let deltas: SmallVec<[(&[A], Sign); 8]> = deltas
+    let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas
         .iter()
         .map(|d| {
             let data = d.data.as_slice().unwrap_or_else(|| {
@@ -77,7 +89,7 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
                 copy.as_slice()
                     .expect("a standard-layout copy is contiguous")
             });
-            (data, d.sign)
+            (data, d.op)
         })
         .collect();
     for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
@@ -91,61 +103,66 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
 fn fill_chunk<A: Element>(
     out: &mut [A],
     base: &[A],
-    deltas: &[(&[A], Sign)],
+    deltas: &[(&[A], Op<A>)],
     range: std::ops::Range<usize>,
 ) {
-    let Some(((first, sign), rest)) = deltas.split_first() else {
+    let Some(((first, op), rest)) = deltas.split_first() else {
         out.copy_from_slice(base);
         return;
     };
-    let first = &first[range.clone()];
-    match sign {
-        Sign::Add => zip_into(out, base, first, A::add),
-        Sign::Sub => zip_into(out, base, first, A::sub),
-    }
-    for (delta, sign) in rest {
-        accumulate(out, &delta[range.clone()], *sign);
+    zip_into(out, base, &first[range.clone()], *op);
+    for (delta, op) in rest {
+        accumulate(out, &delta[range.clone()], *op);
     }
 }
 
-/// `out[i] ±= delta[i]`; both have the same length.
+/// `out[i] = out[i] ⊕ delta[i]`; both have the same length.
 #[inline(always)]
-fn accumulate<A: Element>(out: &mut [A], delta: &[A], sign: Sign) {
+fn accumulate<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
     debug_assert_eq!(out.len(), delta.len());
-    let op = match sign {
-        Sign::Add => A::add,
-        Sign::Sub => A::sub,
-    };
-    out.iter_mut().zip(delta).for_each(|(o, &d)| *o = op(*o, d));
-}
-
-/// `out[i] = op(a[i], b[i])`; all three have the same length.
-#[inline(always)]
-fn zip_into<A: Copy>(out: &mut [A], a: &[A], b: &[A], op: impl Fn(A, A) -> A) {
-    debug_assert!(out.len() == a.len() && a.len() == b.len());
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = op(x, y);
+    // The op is matched once, outside the loops, so each loop is plain arithmetic.
+    match op {
+        Op::Add => each_into(out, delta, A::add),
+        Op::Sub => each_into(out, delta, A::sub),
+        Op::Scaled(alpha) => each_into(out, delta, |o, d| A::add(o, A::mul(alpha, d))),
     }
 }
 
-/// `out ±= delta`, in place (a transaction's working copy). Same shapes.
+#[inline(always)]
+fn each_into<A: Copy>(out: &mut [A], delta: &[A], f: impl Fn(A, A) -> A) {
+    out.iter_mut().zip(delta).for_each(|(o, &d)| *o = f(*o, d));
+}
+
+/// `out[i] = a[i] ⊕ b[i]`; all three have the same length.
+#[inline(always)]
+fn zip_into<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
+    debug_assert!(out.len() == a.len() && a.len() == b.len());
+    match op {
+        Op::Add => zip_with(out, a, b, A::add),
+        Op::Sub => zip_with(out, a, b, A::sub),
+        Op::Scaled(alpha) => zip_with(out, a, b, |x, y| A::add(x, A::mul(alpha, y))),
+    }
+}
+
+#[inline(always)]
+fn zip_with<A: Copy>(out: &mut [A], a: &[A], b: &[A], f: impl Fn(A, A) -> A) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    }
+}
+
+/// `out = out ⊕ delta`, in place (a transaction's working copy). Same shapes.
 pub(crate) fn apply_in_place<A: Element>(out: &mut ArrayD<A>, delta: Delta<'_, A>) {
     debug_assert_eq!(out.shape(), delta.data.shape());
     match (out.as_slice_mut(), delta.data.as_slice()) {
-        (Some(out), Some(d)) => accumulate(out, d, delta.sign),
-        _ => {
-            let op = match delta.sign {
-                Sign::Add => A::add,
-                Sign::Sub => A::sub,
-            };
-            out.zip_mut_with(delta.data, |o, &d| *o = op(*o, d));
-        }
+        (Some(out), Some(d)) => accumulate(out, d, delta.op),
+        _ => out.zip_mut_with(delta.data, |o, &d| *o = delta.op.apply(*o, d)),
     }
 }
 
 /// `out = from`, element by element (same shapes; `out` is a version, in standard layout;
 /// `from` in any layout).
-pub(crate) fn copy<A: Element>(from: &ArrayD<A>, out: &mut ArrayD<A>) {
+pub(crate) fn copy<A: Element>(from: &ArrayRef<A, IxDyn>, out: &mut ArrayD<A>) {
     debug_assert_eq!(out.shape(), from.shape());
     match (out.as_slice_mut(), from.as_slice()) {
         (Some(out), Some(from)) => out.copy_from_slice(from),
@@ -180,11 +197,11 @@ mod tests {
             &[
                 Delta {
                     data: &d1,
-                    sign: Sign::Add,
+                    op: Op::Add,
                 },
                 Delta {
                     data: &d2,
-                    sign: Sign::Sub,
+                    op: Op::Sub,
                 },
             ],
             &mut out,
@@ -205,7 +222,7 @@ mod tests {
             &base,
             &[Delta {
                 data: &fortran,
-                sign: Sign::Add,
+                op: Op::Add,
             }],
             &mut out,
         );
@@ -221,7 +238,7 @@ mod tests {
             &base,
             &[Delta {
                 data: &one,
-                sign: Sign::Add,
+                op: Op::Add,
             }],
             &mut out,
         );

@@ -113,6 +113,7 @@
 
 mod announce;
 mod combine;
+mod dim;
 mod element;
 mod error;
 mod head;
@@ -120,6 +121,7 @@ mod horizon;
 mod kernel;
 mod limbo;
 mod pool;
+mod read_all;
 mod record;
 mod running;
 mod section;
@@ -134,10 +136,11 @@ mod version;
 
 pub use element::{DType, Element};
 pub use error::{Error, Result};
+pub use read_all::{read_all, ReadSet};
 pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef};
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};
-pub use store::{SnapshotEntry, Store, StoreSnapshot, VariableInfo};
+pub use store::{Entries, SnapshotEntry, Store, StoreSnapshot, VariableInfo};
 pub use variable::{Variable, VariableBuilder};
 
 /// Re-exported so that users name the same `ndarray` version as mvtensor.

@@ -5,8 +5,9 @@ use std::fmt;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
 
+use crate::dim::Shown;
 use crate::sync::epoch;
 use crate::version::{Pinned, Version, VersionRef};
 use crate::Element;
@@ -14,25 +15,38 @@ use crate::Element;
 /// A short-lived, wait-free view of one version of a variable, from
 /// [`Variable::read`](crate::Variable::read).
 ///
-/// It dereferences to the tensor (`&ArrayD<A>`), and that tensor never changes, whatever
-/// writers do. While it lives, the thread stays *pinned* in the epoch, which delays the
+/// It dereferences to the tensor (ndarray's `&ArrayRef<A, D>`, on which ndarray defines its
+/// methods: `sum`, `dot` for `Ix2`, `view`, indexing, iteration), and that tensor never
+/// changes, whatever writers do. Its own methods are [`version`](Self::version),
+/// [`timestamp`](Self::timestamp), [`data`](Self::data) and
+/// [`to_owned_snapshot`](Self::to_owned_snapshot). While it lives, the thread stays *pinned* in the epoch, which delays the
 /// reclamation of every version retired meanwhile, by every thread. Keep it for a read, a
 /// sum, a step; for anything longer (across an await, a sleep, a channel) use
 /// [`Variable::read_owned`](crate::Variable::read_owned) or [`Snapshot::to_owned_snapshot`].
 ///
 /// `Snapshot` is neither `Send` nor `Sync`: the pin belongs to the thread that took it.
-pub struct Snapshot<A: Element> {
+///
+/// ```compile_fail
+/// let v = mvtensor::Variable::scalar(1.0f32);
+/// let snapshot = v.read();
+/// std::thread::spawn(move || snapshot.sum()); // a pin cannot cross threads
+/// ```
+#[must_use = "a snapshot only pins the epoch until it is dropped"]
+pub struct Snapshot<A: Element, D: Dimension = IxDyn> {
     version: NonNull<Version<A>>,
+    shown: Shown<A, D>,
     // Declared after `version` only for readability: `version` is a plain pointer with no
     // drop glue, and the guard is what keeps it valid.
     _guard: epoch::Guard,
 }
 
-impl<A: Element> Snapshot<A> {
+impl<A: Element, D: Dimension> Snapshot<A, D> {
     /// Wraps a version that was reachable while `guard` was pinned.
     pub(crate) fn new(version: Pinned<'_, A>, guard: epoch::Guard) -> Self {
         Self {
-            version: NonNull::new(version.as_ptr().cast_mut()).expect("versions are not null"),
+            // SAFETY: the version lives as long as `guard`, which the snapshot holds.
+            shown: unsafe { Shown::new(&version.get().data) },
+            version: NonNull::from(version.get()),
             _guard: guard,
         }
     }
@@ -61,25 +75,25 @@ impl<A: Element> Snapshot<A> {
         self.get().timestamp()
     }
 
-    /// The tensor (also available through `Deref`).
+    /// The tensor as it is stored, dynamic-dimensional (`Deref` shows it as `D`).
     pub fn data(&self) -> &ArrayD<A> {
         &self.get().data
     }
 
     /// A reference-counted handle on the same version, which does not pin the epoch.
-    pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A> {
+    pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A, D> {
         OwnedSnapshot::new(self.pinned().to_ref())
     }
 }
 
-impl<A: Element> Deref for Snapshot<A> {
-    type Target = ArrayD<A>;
-    fn deref(&self) -> &ArrayD<A> {
-        self.data()
+impl<A: Element, D: Dimension> Deref for Snapshot<A, D> {
+    type Target = ArrayRef<A, D>;
+    fn deref(&self) -> &ArrayRef<A, D> {
+        self.shown.get(&self.get().data)
     }
 }
 
-impl<A: Element> fmt::Debug for Snapshot<A> {
+impl<A: Element, D: Dimension> fmt::Debug for Snapshot<A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Snapshot")
             .field("version", &self.version())
@@ -96,23 +110,29 @@ impl<A: Element> fmt::Debug for Snapshot<A> {
 /// you like, only its own version stays in memory (and goes back to its variable's pool when
 /// the last holder lets go). Taking one costs one atomic increment on the version's count,
 /// which is why [`Variable::read`](crate::Variable::read) is the faster choice for short
-/// reads.
-pub struct OwnedSnapshot<A: Element> {
+/// reads. It dereferences to the tensor as [`Snapshot`] does.
+#[must_use = "an owned snapshot keeps its version in memory until it is dropped"]
+pub struct OwnedSnapshot<A: Element, D: Dimension = IxDyn> {
+    // Declared before `version`, which keeps the data it borrows alive.
+    shown: Shown<A, D>,
     version: VersionRef<A>,
 }
 
-impl<A: Element> Clone for OwnedSnapshot<A> {
+impl<A: Element, D: Dimension> Clone for OwnedSnapshot<A, D> {
     fn clone(&self) -> Self {
-        Self {
-            version: self.version.clone(),
-        }
+        Self::new(self.version.clone())
     }
 }
 
-impl<A: Element> OwnedSnapshot<A> {
+impl<A: Element, D: Dimension> OwnedSnapshot<A, D> {
     pub(crate) fn new(version: VersionRef<A>) -> Self {
         debug_assert!(version.record.is_committed());
-        Self { version }
+        Self {
+            // SAFETY: the version (and so its data, which never moves) lives as long as the
+            // count held in `version`, which the snapshot holds.
+            shown: unsafe { Shown::new(&version.data) },
+            version,
+        }
     }
 
     /// The version number (see [`Snapshot::version`]).
@@ -125,20 +145,20 @@ impl<A: Element> OwnedSnapshot<A> {
         self.version.timestamp()
     }
 
-    /// The tensor (also available through `Deref`).
+    /// The tensor as it is stored, dynamic-dimensional (`Deref` shows it as `D`).
     pub fn data(&self) -> &ArrayD<A> {
         &self.version.data
     }
 }
 
-impl<A: Element> Deref for OwnedSnapshot<A> {
-    type Target = ArrayD<A>;
-    fn deref(&self) -> &ArrayD<A> {
-        self.data()
+impl<A: Element, D: Dimension> Deref for OwnedSnapshot<A, D> {
+    type Target = ArrayRef<A, D>;
+    fn deref(&self) -> &ArrayRef<A, D> {
+        self.shown.get(&self.version.data)
     }
 }
 
-impl<A: Element> fmt::Debug for OwnedSnapshot<A> {
+impl<A: Element, D: Dimension> fmt::Debug for OwnedSnapshot<A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedSnapshot")
             .field("version", &self.version())

@@ -42,7 +42,7 @@ fn the_store_names_half_dtypes_in_listings_and_errors() -> Result<(), Error> {
     assert!(listed.contains(&("w16".into(), DType::F16)));
     assert!(listed.contains(&("wb".into(), DType::BF16)));
 
-    let err = store.get::<f32>("wb").unwrap_err();
+    let err = store.get::<f32, IxDyn>("wb").unwrap_err();
     assert_eq!(
         err,
         Error::DTypeMismatch {
@@ -52,7 +52,7 @@ fn the_store_names_half_dtypes_in_listings_and_errors() -> Result<(), Error> {
         }
     );
     assert!(err.to_string().contains("bf16"), "{err}");
-    let w16 = store.get::<f16>("w16")?;
+    let w16 = store.get::<f16, IxDyn>("w16")?;
     w16.assign_sub(&ArrayD::from_elem(IxDyn(&[2]), f16::from_f32(0.5)))?;
     assert!(w16.read().iter().all(|&x| x == f16::ONE));
     Ok(())

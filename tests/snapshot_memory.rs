@@ -26,7 +26,7 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let snap = store.snapshot();
-                let seen = snap.get::<i64>("w").unwrap();
+                let seen = snap.get::<i64, IxDyn>("w").unwrap();
                 assert_eq!(seen[[len - 1]], seen.version() as i64);
             }
         });

@@ -50,7 +50,8 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
                     || !writers_done.load(Ordering::Acquire)
                 {
                     let snap = store.snapshot();
-                    let sum = snap.get::<i64>("a").unwrap()[[]] + snap.get::<i64>("b").unwrap()[[]];
+                    let sum = snap.get::<i64, IxDyn>("a").unwrap()[[]]
+                        + snap.get::<i64, IxDyn>("b").unwrap()[[]];
                     assert_eq!(sum, 1000, "a snapshot saw part of a transfer");
                     assert!(snap.timestamp() >= last, "snapshots move forward");
                     last = snap.timestamp();
@@ -84,8 +85,8 @@ fn a_snapshot_is_frozen_and_lists_every_variable() {
     w.assign_add(&ArrayD::ones(IxDyn(&[3]))).unwrap();
     step.assign(arr0(9).into_dyn()).unwrap();
 
-    assert_eq!(snap.get::<f32>("w").unwrap().sum(), 0.0);
-    assert_eq!(snap.get::<i64>("step").unwrap()[[]], 0);
+    assert_eq!(snap.get::<f32, IxDyn>("w").unwrap().sum(), 0.0);
+    assert_eq!(snap.get::<i64, IxDyn>("step").unwrap()[[]], 0);
     let listed: Vec<_> = snap
         .iter()
         .map(|e| {
@@ -106,8 +107,8 @@ fn a_snapshot_is_frozen_and_lists_every_variable() {
     );
     let later = store.snapshot();
     assert!(later.timestamp() > snap.timestamp());
-    assert_eq!(later.get::<f32>("w").unwrap().sum(), 3.0);
-    assert_eq!(later.get::<f32>("w").unwrap().version(), 1);
+    assert_eq!(later.get::<f32, IxDyn>("w").unwrap().sum(), 3.0);
+    assert_eq!(later.get::<f32, IxDyn>("w").unwrap().version(), 1);
 }
 
 #[test]
@@ -118,7 +119,7 @@ fn variables_created_after_a_snapshot_are_not_in_it() {
     store.variable("new", arr0(2.0f64).into_dyn()).unwrap();
     assert_eq!(snap.len(), 1);
     assert_eq!(
-        snap.get::<f64>("new").unwrap_err(),
+        snap.get::<f64, IxDyn>("new").unwrap_err(),
         Error::NotFound { name: "new".into() }
     );
     assert_eq!(store.snapshot().len(), 2);
@@ -130,7 +131,7 @@ fn snapshot_lookups_are_typed() {
     store.variable("w", arr0(1.0f32).into_dyn()).unwrap();
     let snap = store.snapshot();
     assert_eq!(
-        snap.get::<i32>("w").unwrap_err(),
+        snap.get::<i32, IxDyn>("w").unwrap_err(),
         Error::DTypeMismatch {
             variable: "w".into(),
             expected: DType::I32,
@@ -160,7 +161,7 @@ fn a_held_snapshot_keeps_exactly_its_versions() {
     // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     let exact = !cfg!(miri);
     assert!(!exact || w.stats().live_versions <= 4, "{:?}", w.stats());
-    assert_eq!(snap.get::<f32>("w").unwrap().sum(), 0.0);
+    assert_eq!(snap.get::<f32, IxDyn>("w").unwrap().sum(), 0.0);
     drop(snap);
     w.assign_add(&ones).unwrap();
     for _ in 0..4 {
@@ -211,7 +212,7 @@ fn a_steady_writer_does_not_starve_snapshots() {
             let (took, snap) = timed_snapshot();
             worst = worst.max(took);
             // The last variable as of the snapshot: its value is its version number.
-            let seen = snap.get::<f32>("v0999").unwrap();
+            let seen = snap.get::<f32, IxDyn>("v0999").unwrap();
             assert_eq!(seen[[0]], seen.version() as f32);
             assert_eq!(snap.len(), 1000);
         }

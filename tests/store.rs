@@ -19,7 +19,7 @@ fn a_store_holds_mixed_dtypes_and_lists_them_sorted() {
         .variable("mask", ArrayD::<i32>::ones(IxDyn(&[4])))
         .unwrap();
     store
-        .get::<i64>("step")
+        .get::<i64, IxDyn>("step")
         .unwrap()
         .assign_add(&ArrayD::ones(IxDyn(&[])))
         .unwrap();
@@ -48,7 +48,7 @@ fn get_returns_the_same_variable_not_a_copy() {
     let w = store
         .variable("w", ArrayD::<f32>::zeros(IxDyn(&[2])))
         .unwrap();
-    let again = store.get::<f32>("w").unwrap();
+    let again = store.get::<f32, IxDyn>("w").unwrap();
     again.assign_add(&ArrayD::ones(IxDyn(&[2]))).unwrap();
     assert_eq!(w.read()[[1]], 1.0);
     assert_eq!(w.id(), again.id());
@@ -61,10 +61,10 @@ fn lookups_fail_with_typed_errors_that_name_the_variable() {
         .variable("w", ArrayD::<f32>::zeros(IxDyn(&[2])))
         .unwrap();
 
-    let err = store.get::<f32>("v").unwrap_err();
+    let err = store.get::<f32, IxDyn>("v").unwrap_err();
     assert_eq!(err, Error::NotFound { name: "v".into() });
 
-    let err = store.get::<i64>("w").unwrap_err();
+    let err = store.get::<i64, IxDyn>("w").unwrap_err();
     assert_eq!(
         err,
         Error::DTypeMismatch {
@@ -90,7 +90,7 @@ fn lookups_fail_with_typed_errors_that_name_the_variable() {
         }
     );
     // The duplicate left the original alone.
-    assert_eq!(store.get::<f32>("w").unwrap().shape(), vec![2]);
+    assert_eq!(store.get::<f32, IxDyn>("w").unwrap().shape(), vec![2]);
     assert_eq!(store.len(), 1);
 }
 
@@ -103,7 +103,7 @@ fn registering_a_built_variable_keeps_its_options() {
         .build();
     store.register(&buf).unwrap();
     store
-        .get::<f32>("buf")
+        .get::<f32, IxDyn>("buf")
         .unwrap()
         .assign(ArrayD::zeros(IxDyn(&[5])))
         .unwrap();

@@ -45,7 +45,7 @@ fn timestamps_order_commits_against_store_snapshots() {
     a.assign(arr0(2.0).into_dyn()).unwrap();
     assert!(b.read().timestamp() <= snap.timestamp());
     assert!(a.read().timestamp() > snap.timestamp());
-    assert_eq!(snap.get::<f64>("a").unwrap()[[]], 1.0);
+    assert_eq!(snap.get::<f64, IxDyn>("a").unwrap()[[]], 1.0);
 }
 
 #[test]

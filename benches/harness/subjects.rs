@@ -69,7 +69,7 @@ impl Subject for Variable<f32> {
         Variable::new(init)
     }
     fn read_with<R>(&self, work: impl FnOnce(&ArrayD<f32>) -> R) -> R {
-        work(&self.read())
+        work(self.read().data())
     }
     fn assign_add(&self, delta: &ArrayD<f32>) {
         Variable::assign_add(self, delta).expect("the delta has the variable's shape");

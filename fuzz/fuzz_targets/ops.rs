@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use mvtensor::ndarray::{ArrayD, Axis, IxDyn};
+use mvtensor::ndarray::{ArrayD, ArrayRef, Axis, IxDyn};
 use mvtensor::{DType, Element, Error, OwnedSnapshot, Snapshot, Store, StoreSnapshot, Variable};
 
 /// Longer inputs are cut here: keeps runs fast and float values provably exact.
@@ -542,9 +542,9 @@ impl Ctx {
             .clone()
     }
 
-    /// `store.get::<A>(name)`, checked against the model; `Some` when it should succeed.
+    /// `store.get::<A, IxDyn>(name)`, checked against the model; `Some` when it should succeed.
     fn lookup<A: Elem>(&self, name: &str) -> Option<Variable<A>> {
-        let got = self.store.get::<A>(name);
+        let got = self.store.get::<A, IxDyn>(name);
         let expected = match self.model.get(name) {
             None => Err(Error::NotFound { name: name.into() }),
             Some(m) if m.dtype != A::DTYPE => Err(Error::DTypeMismatch {
@@ -741,10 +741,11 @@ impl Ctx {
         let next = transform(&cur, t);
         let expected = self.check_new_shape(name, next.shape()).map(|()| next);
         let mut calls = 0;
-        let f = |seen: &ArrayD<A>| {
+        let f = |seen: &ArrayRef<A, IxDyn>| {
             calls += 1;
-            assert_same(seen, &cur, "the value an update closure sees");
-            transform(seen, t)
+            let seen = seen.to_owned();
+            assert_same(&seen, &cur, "the value an update closure sees");
+            transform(&seen, t)
         };
         let (got, what) = if fetch {
             let got = variable.fetch_update(f);
@@ -961,7 +962,7 @@ impl Ctx {
                 None => {
                     assert!(!store.contains(name), "store.contains({name:?})");
                     assert_eq!(
-                        store.get::<f32>(name).map(|_| ()),
+                        store.get::<f32, IxDyn>(name).map(|_| ()),
                         Err(Error::NotFound { name: name.into() })
                     );
                 }
@@ -1056,7 +1057,7 @@ fn check_store_snapshot(snap: &StoreSnapshot, model: &BTreeMap<String, ModelVar>
         );
         with_dtype!(m.dtype, A => {
             let expected = A::unwrap(&m.value).expect("model dtype");
-            for owned in [entry.get::<A>(), snap.get::<A>(name)] {
+            for owned in [entry.get::<A, IxDyn>(), snap.get::<A, IxDyn>(name)] {
                 let owned = owned.expect("store snapshot get");
                 assert_eq!(owned.version(), m.version);
                 assert_eq!(owned.timestamp(), m.timestamp, "store snapshot timestamp of {name:?}");
@@ -1071,15 +1072,15 @@ fn check_store_snapshot(snap: &StoreSnapshot, model: &BTreeMap<String, ModelVar>
                 expected: wrong,
                 found: m.dtype,
             };
-            assert_eq!(entry.get::<A>().map(|_| ()), Err(err.clone()));
-            assert_eq!(snap.get::<A>(name).map(|_| ()), Err(err));
+            assert_eq!(entry.get::<A, IxDyn>().map(|_| ()), Err(err.clone()));
+            assert_eq!(snap.get::<A, IxDyn>(name).map(|_| ()), Err(err));
         });
     }
     for name in [Name::A, Name::B, Name::C, Name::D, Name::Empty] {
         let name = name.as_str();
         if !model.contains_key(name) {
             assert_eq!(
-                snap.get::<i64>(name).map(|_| ()),
+                snap.get::<i64, IxDyn>(name).map(|_| ()),
                 Err(Error::NotFound { name: name.into() }),
                 "store snapshot get of a missing variable"
             );

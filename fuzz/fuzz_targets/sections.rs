@@ -437,7 +437,7 @@ fuzz_target!(|input: Input| {
             let read = var.read();
             assert_eq!(&*read, &model.values[v], "value of {}", name(v));
             assert_eq!(read.version(), model.versions[v], "version of {}", name(v));
-            let seen = snapshot.get::<i64>(&name(v)).expect("registered");
+            let seen = snapshot.get::<i64, IxDyn>(&name(v)).expect("registered");
             assert_eq!(&*seen, &model.values[v], "snapshot of {}", name(v));
         }
     }

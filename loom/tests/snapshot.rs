@@ -11,6 +11,7 @@ mod common;
 use common::{run_model, value};
 use loom::thread;
 use mvtensor::{CriticalSection, Store};
+use ndarray::IxDyn;
 
 #[test]
 fn a_snapshot_never_sees_half_a_transfer() {
@@ -32,8 +33,8 @@ fn a_snapshot_never_sees_half_a_transfer() {
         });
         let snap = store.snapshot();
         let (sa, sb) = (
-            snap.get::<i64>("a").unwrap()[[]],
-            snap.get::<i64>("b").unwrap()[[]],
+            snap.get::<i64, IxDyn>("a").unwrap()[[]],
+            snap.get::<i64, IxDyn>("b").unwrap()[[]],
         );
         assert_eq!(
             sa + sb,
@@ -44,7 +45,7 @@ fn a_snapshot_never_sees_half_a_transfer() {
         assert!(sa == 10 || sa == 6);
         writer.join().unwrap();
         let after = store.snapshot();
-        assert_eq!(after.get::<i64>("a").unwrap()[[]], 6);
+        assert_eq!(after.get::<i64, IxDyn>("a").unwrap()[[]], 6);
     });
 }
 
@@ -64,8 +65,8 @@ fn a_snapshot_respects_the_order_of_plain_writes() {
         });
         let snap = store.snapshot();
         let (sx, sy) = (
-            snap.get::<i64>("x").unwrap()[[]],
-            snap.get::<i64>("y").unwrap()[[]],
+            snap.get::<i64, IxDyn>("x").unwrap()[[]],
+            snap.get::<i64, IxDyn>("y").unwrap()[[]],
         );
         assert!(sy <= sx, "snapshot saw y={sy} but x={sx}");
         writer.join().unwrap();
@@ -88,10 +89,47 @@ fn a_snapshot_racing_two_commits_finds_its_version() {
             })
         };
         let snap = store.snapshot();
-        let seen = snap.get::<i64>("v").unwrap();
+        let seen = snap.get::<i64, IxDyn>("v").unwrap();
         assert_eq!(seen[[]], seen.version() as i64);
         writer.join().unwrap();
-        assert_eq!(store.snapshot().get::<i64>("v").unwrap()[[]], 2);
+        assert_eq!(store.snapshot().get::<i64, IxDyn>("v").unwrap()[[]], 2);
         assert!(snap.timestamp() < store.snapshot().timestamp());
+    });
+}
+
+/// `read_all` takes the same cut over just the variables it is given (no store): it never
+/// shows half an execution either, and what it returns is the caller's to keep.
+#[test]
+fn read_all_never_sees_half_a_transfer() {
+    run_model("read_all_never_sees_half_a_transfer", || {
+        let a = mvtensor::Variable::new(value(10));
+        let b = mvtensor::Variable::new(value(0));
+        let cs = CriticalSection::builder()
+            .resource(&a)
+            .resource(&b)
+            .build()
+            .unwrap();
+        let writer = {
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || {
+                cs.execute(|tx| {
+                    tx.assign_sub(&a, &value(4))?;
+                    tx.assign_add(&b, &value(4))
+                })
+                .unwrap();
+            })
+        };
+        let (sa, sb) = mvtensor::read_all((&a, &b));
+        assert_eq!(
+            sa[[]] + sb[[]],
+            10,
+            "read_all saw a={} b={}",
+            sa[[]],
+            sb[[]]
+        );
+        writer.join().unwrap();
+        assert_eq!(sa[[]], if sa.version() == 0 { 10 } else { 6 });
+        let [fa, fb] = mvtensor::read_all([&a, &b]);
+        assert_eq!((fa[[]], fb[[]]), (6, 4));
     });
 }

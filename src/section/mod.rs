@@ -25,6 +25,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use batch::{Batcher, Job};
+use ndarray::Dimension;
 use slot::{AnySlot, Slot};
 use smallvec::{smallvec, SmallVec};
 
@@ -112,18 +113,18 @@ impl CriticalSectionBuilder {
     }
 
     /// Adds a variable to the section's resource set. Element types may be mixed.
-    pub fn resource<A: Element>(mut self, variable: &Variable<A>) -> Self {
+    pub fn resource<A: Element, D: Dimension>(mut self, variable: &Variable<A, D>) -> Self {
         self.resources.push((
             variable.inner.clone(),
-            Box::new(Slot::new(variable.clone())),
+            Box::new(Slot::new(variable.erased().clone())),
         ));
         self
     }
 
     /// Adds every variable of `variables` (a model's parameters, say) to the resource set.
-    pub fn resources<'v, A: Element>(
+    pub fn resources<'v, A: Element, D: Dimension + 'v>(
         self,
-        variables: impl IntoIterator<Item = &'v Variable<A>>,
+        variables: impl IntoIterator<Item = &'v Variable<A, D>>,
     ) -> Self {
         variables.into_iter().fold(self, Self::resource)
     }

@@ -6,13 +6,14 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use ndarray::{ArrayD, ArrayViewMutD, LinalgScalar};
+use ndarray::{Array, ArrayD, ArrayRef, ArrayViewMut, Dimension, IxDyn};
 use smallvec::SmallVec;
 
 use super::slot::{AnySlot, Borrow, Init, Slot};
 use super::Resource;
-use crate::error::{check_shape, same_shape, Error, Result};
-use crate::kernel::{self, Delta, Sign};
+use crate::dim::{self, Shown};
+use crate::error::{same_shape, Error, Result};
+use crate::kernel::{self, Delta, Op};
 use crate::record::CommitRecord;
 use crate::sync::epoch;
 use crate::version::VersionRef;
@@ -35,10 +36,10 @@ use crate::{Element, Variable};
 /// use mvtensor::{CriticalSection, Error, Variable};
 /// use ndarray::{arr1, Zip};
 ///
-/// let w = Variable::new(arr1(&[1.0f32, 2.0]).into_dyn());
-/// let m = Variable::new(arr1(&[0.0f32, 0.0]).into_dyn());
+/// let w = Variable::new(arr1(&[1.0f32, 2.0]));
+/// let m = Variable::new(arr1(&[0.0f32, 0.0]));
 /// let step = CriticalSection::builder().resources([&w, &m]).build()?;
-/// let grad = arr1(&[0.5f32, -0.5]).into_dyn();
+/// let grad = arr1(&[0.5f32, -0.5]);
 ///
 /// // Momentum SGD, in place: m = 0.9 m + g; w -= 0.1 m.
 /// step.execute(|tx| {
@@ -79,9 +80,11 @@ pub struct Txn<'s> {
 type Seen = (u64, Box<dyn Any>);
 
 /// A shared borrow of a variable's value inside an execution: the execution's own working
-/// copy, or the committed value. Derefs to the array.
+/// copy, or the committed value. Derefs to the array (`&ArrayRef<A, D>`).
 #[must_use]
-pub struct TxnRef<'t, A: Element> {
+pub struct TxnRef<'t, A: Element, D: Dimension = IxDyn> {
+    // Declared first: it borrows what `inner` keeps alive.
+    shown: Shown<A, D>,
     inner: RefInner<'t, A>,
 }
 
@@ -91,11 +94,11 @@ enum RefInner<'t, A: Element> {
 }
 
 /// The mutable borrow of a resource's working copy inside an execution. Derefs to an
-/// [`ArrayViewMutD`], so every in-place ndarray operation works on it (`+=`, `scaled_add`,
-/// `zip_mut_with`, `Zip`); the shape cannot change.
+/// [`ArrayViewMut`] of the handle's dimension, so every in-place ndarray operation works on
+/// it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`); the shape cannot change.
 #[must_use]
-pub struct TxnMut<'t, A: Element> {
-    view: ArrayViewMutD<'t, A>,
+pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
+    view: ArrayViewMut<'t, A, D>,
     _borrow: Borrow<'t>,
 }
 
@@ -118,7 +121,11 @@ impl<'s> Txn<'s> {
     ///
     /// # Errors
     /// [`Error::Borrowed`] while this execution holds a [`write`](Self::write) of it.
-    pub fn read<A: Element>(&self, variable: &Variable<A>) -> Result<TxnRef<'_, A>> {
+    pub fn read<A: Element, D: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+    ) -> Result<TxnRef<'_, A, D>> {
+        let variable = variable.erased();
         let inner = match self.slot(variable) {
             Ok(slot) => {
                 let (data, borrow) = slot.read(self.section, &self.guard)?;
@@ -126,7 +133,10 @@ impl<'s> Txn<'s> {
             }
             Err(_) => RefInner::Outside(self.outside(variable)),
         };
-        Ok(TxnRef { inner })
+        // SAFETY: the array lives as long as `inner` (a borrow of the working copy, or a
+        // count of the version), which the `TxnRef` holds.
+        let shown = unsafe { Shown::new(inner.data()) };
+        Ok(TxnRef { shown, inner })
     }
 
     /// The variable's working copy, to change in place; the first write of an execution
@@ -135,7 +145,10 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::Borrowed`] while this execution holds another
     /// borrow of it.
-    pub fn write<A: Element>(&self, variable: &Variable<A>) -> Result<TxnMut<'_, A>> {
+    pub fn write<A: Element, D: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+    ) -> Result<TxnMut<'_, A, D>> {
         self.write_with(variable, Init::Copy)
     }
 
@@ -145,14 +158,19 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] unless the shapes match (or the
     /// variable has a dynamic shape); [`Error::Borrowed`].
-    pub fn assign<A: Element>(&self, variable: &Variable<A>, value: ArrayD<A>) -> Result<()> {
+    pub fn assign<A: Element, D: Dimension, E: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+        value: Array<A, E>,
+    ) -> Result<()> {
+        let variable = variable.erased();
         let slot = self.slot(variable)?;
         variable.check_new_shape(value.shape())?;
         let (data, _borrow) = slot.write(self.section, Init::Overwrite, &self.guard)?;
         if same_shape(data.shape(), value.shape()) {
-            kernel::copy(&value, data); // one pass, whatever `value`'s layout
+            kernel::copy(&value.into_dyn(), data); // one pass, whatever `value`'s layout
         } else {
-            *data = kernel::standard(value);
+            *data = kernel::standard(value.into_dyn());
         }
         Ok(())
     }
@@ -162,64 +180,76 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `delta` does not have exactly
     /// the current shape; [`Error::Borrowed`].
-    pub fn assign_add<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>) -> Result<()> {
-        self.add(variable, delta, Sign::Add)
+    pub fn assign_add<A: Element, D: Dimension, E: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+        delta: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.add(variable.erased(), &dim::dyn_view(delta), Op::Add)
     }
 
     /// Subtracts `delta` from the working copy.
     ///
     /// # Errors
     /// As for [`assign_add`](Self::assign_add).
-    pub fn assign_sub<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>) -> Result<()> {
-        self.add(variable, delta, Sign::Sub)
+    pub fn assign_sub<A: Element, D: Dimension, E: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+        delta: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.add(variable.erased(), &dim::dyn_view(delta), Op::Sub)
     }
 
-    /// `current += alpha * x`, in place (ndarray's `scaled_add`, same argument order).
+    /// `current += alpha * x` (ndarray's `scaled_add`, same argument order and arithmetic),
+    /// in one sweep with the copy on the first write, in place after.
     ///
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `x` does not have exactly the
     /// current shape; [`Error::Borrowed`].
-    pub fn scaled_add<A: Element + LinalgScalar>(
+    pub fn scaled_add<A: Element, D: Dimension, E: Dimension>(
         &self,
-        variable: &Variable<A>,
+        variable: &Variable<A, D>,
         alpha: A,
-        x: &ArrayD<A>,
+        x: &ArrayRef<A, E>,
     ) -> Result<()> {
-        check_shape(variable.name(), self.read(variable)?.shape(), x.shape())?;
-        self.write(variable)?.scaled_add(alpha, x);
-        Ok(())
+        self.add(variable.erased(), &dim::dyn_view(x), Op::Scaled(alpha))
     }
 
     /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
     ///
     /// # Errors
     /// As for [`assign`](Self::assign).
-    pub fn update<A: Element>(
+    pub fn update<A: Element, D: Dimension, E: Dimension>(
         &self,
-        variable: &Variable<A>,
-        f: impl FnOnce(&ArrayD<A>) -> ArrayD<A>,
+        variable: &Variable<A, D>,
+        f: impl FnOnce(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<()> {
-        self.slot(variable)?;
+        self.slot(variable.erased())?;
         let value = f(&*self.read(variable)?);
         self.assign(variable, value)
     }
 
-    fn add<A: Element>(&self, variable: &Variable<A>, delta: &ArrayD<A>, sign: Sign) -> Result<()> {
+    fn add<A: Element>(
+        &self,
+        variable: &Variable<A>,
+        delta: &ArrayRef<A, IxDyn>,
+        op: Op<A>,
+    ) -> Result<()> {
         let slot = self.slot(variable)?;
-        let init = Init::Delta(Delta { data: delta, sign });
+        let init = Init::Delta(Delta { data: delta, op });
         slot.write(self.section, init, &self.guard).map(drop)
     }
 
-    fn write_with<A: Element>(
+    fn write_with<A: Element, D: Dimension>(
         &self,
-        variable: &Variable<A>,
+        variable: &Variable<A, D>,
         init: Init<'_, A>,
-    ) -> Result<TxnMut<'_, A>> {
-        let (data, borrow) = self
-            .slot(variable)?
-            .write(self.section, init, &self.guard)?;
+    ) -> Result<TxnMut<'_, A, D>> {
+        let (data, borrow) =
+            self.slot(variable.erased())?
+                .write(self.section, init, &self.guard)?;
         Ok(TxnMut {
-            view: data.view_mut(),
+            view: dim::view_mut(data),
             _borrow: borrow,
         })
     }
@@ -311,36 +341,42 @@ impl fmt::Debug for Txn<'_> {
     }
 }
 
-impl<A: Element> Deref for TxnRef<'_, A> {
-    type Target = ArrayD<A>;
-    fn deref(&self) -> &ArrayD<A> {
-        match &self.inner {
+impl<A: Element> RefInner<'_, A> {
+    fn data(&self) -> &ArrayD<A> {
+        match self {
             RefInner::Resource(data, _) => data,
             RefInner::Outside(version) => &version.data,
         }
     }
 }
 
-impl<'t, A: Element> Deref for TxnMut<'t, A> {
-    type Target = ArrayViewMutD<'t, A>;
-    fn deref(&self) -> &ArrayViewMutD<'t, A> {
+impl<A: Element, D: Dimension> Deref for TxnRef<'_, A, D> {
+    type Target = ArrayRef<A, D>;
+    fn deref(&self) -> &ArrayRef<A, D> {
+        self.shown.get(self.inner.data())
+    }
+}
+
+impl<'t, A: Element, D: Dimension> Deref for TxnMut<'t, A, D> {
+    type Target = ArrayViewMut<'t, A, D>;
+    fn deref(&self) -> &ArrayViewMut<'t, A, D> {
         &self.view
     }
 }
 
-impl<'t, A: Element> DerefMut for TxnMut<'t, A> {
-    fn deref_mut(&mut self) -> &mut ArrayViewMutD<'t, A> {
+impl<'t, A: Element, D: Dimension> DerefMut for TxnMut<'t, A, D> {
+    fn deref_mut(&mut self) -> &mut ArrayViewMut<'t, A, D> {
         &mut self.view
     }
 }
 
-impl<A: Element> fmt::Debug for TxnRef<'_, A> {
+impl<A: Element, D: Dimension> fmt::Debug for TxnRef<'_, A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&**self, f)
+        fmt::Debug::fmt(self.inner.data(), f)
     }
 }
 
-impl<A: Element> fmt::Debug for TxnMut<'_, A> {
+impl<A: Element, D: Dimension> fmt::Debug for TxnMut<'_, A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.view, f)
     }

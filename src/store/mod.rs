@@ -1,15 +1,15 @@
 //! [`Store`]: a registry of named variables of mixed element types, and its consistent
 //! snapshots.
 
-mod snapshot;
+pub(crate) mod snapshot;
 
-pub use snapshot::{SnapshotEntry, StoreSnapshot};
+pub use snapshot::{Entries, SnapshotEntry, StoreSnapshot};
 
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ndarray::ArrayD;
+use ndarray::{Array, Dimension};
 
 use crate::error::{Error, Result};
 use crate::head;
@@ -25,18 +25,20 @@ use crate::{DType, Element, Variable};
 /// variable every other thread writes.
 ///
 /// ```
-/// use mvtensor::{Error, Store};
-/// use ndarray::ArrayD;
+/// use mvtensor::{Error, Store, Variable};
+/// use ndarray::{arr0, Array2, Ix1, Ix2, IxDyn};
 ///
 /// let store = Store::new();
-/// let w = store.variable("w", ArrayD::<f32>::zeros(vec![2, 2]))?;
-/// store.variable("step", ArrayD::<i64>::zeros(vec![]))?;
-/// w.assign_add(&ArrayD::ones(vec![2, 2]))?;
+/// let w = store.variable("w", Array2::<f32>::zeros((2, 2)))?; // a Variable<f32, Ix2>
+/// store.variable("step", arr0(0i64))?;
+/// w.assign_add(&Array2::ones((2, 2)))?;
 ///
-/// let again = store.get::<f32>("w")?;
-/// assert_eq!(again.version(), 1);
-/// assert!(matches!(store.get::<f64>("w"), Err(Error::DTypeMismatch { .. })));
-/// assert!(matches!(store.variable("w", ArrayD::<f32>::zeros(vec![1])), Err(Error::NameTaken { .. })));
+/// let again = store.get::<f32, Ix2>("w")?;       // typed: rank checked
+/// let any: Variable<f32> = store.get("w")?;      // or IxDyn: any rank
+/// assert_eq!((again.version(), any.version()), (1, 1));
+/// assert!(matches!(store.get::<f64, IxDyn>("w"), Err(Error::DTypeMismatch { .. })));
+/// assert!(matches!(store.get::<f32, Ix1>("w"), Err(Error::RankMismatch { .. })));
+/// assert!(matches!(store.variable("w", arr0(1.0f32)), Err(Error::NameTaken { .. })));
 /// let names: Vec<_> = store.list().into_iter().map(|info| info.name).collect();
 /// assert_eq!(names, ["step", "w"]);
 /// # Ok::<(), mvtensor::Error>(())
@@ -129,7 +131,11 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::NameTaken`] if the store already has a variable of that name.
-    pub fn variable<A: Element>(&self, name: &str, init: ArrayD<A>) -> Result<Variable<A>> {
+    pub fn variable<A: Element, D: Dimension>(
+        &self,
+        name: &str,
+        init: Array<A, D>,
+    ) -> Result<Variable<A, D>> {
         let variable = Variable::builder(init).name(name).build();
         self.register(&variable)?;
         Ok(variable)
@@ -140,7 +146,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::NameTaken`] if the store already has a variable of that name.
-    pub fn register<A: Element>(&self, variable: &Variable<A>) -> Result<()> {
+    pub fn register<A: Element, D: Dimension>(&self, variable: &Variable<A, D>) -> Result<()> {
         let name: Arc<str> = variable.name().into();
         let entry = Entry {
             any: variable.inner.clone(),
@@ -161,12 +167,14 @@ impl Store {
         })
     }
 
-    /// The variable named `name`.
+    /// The variable named `name`, through a handle of dimension `D`: `get::<f32, IxDyn>`
+    /// for any rank, or `get::<f32, Ix2>` for a typed one.
     ///
     /// # Errors
     /// [`Error::NotFound`] if there is none; [`Error::DTypeMismatch`] if it holds another
-    /// element type than `A`.
-    pub fn get<A: Element>(&self, name: &str) -> Result<Variable<A>> {
+    /// element type than `A`; [`Error::RankMismatch`] if `D` has a static rank and the
+    /// variable another one (or a dynamic shape whose rank may change).
+    pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<Variable<A, D>> {
         let registry = self.registry.load();
         let entry = registry.get(name).ok_or_else(|| Error::NotFound {
             name: name.to_owned(),
@@ -179,7 +187,8 @@ impl Store {
                     expected: A::DTYPE,
                     found: entry.erased.dtype(),
                 })?;
-        Ok(Variable { inner })
+        inner.check_rank::<D>()?;
+        Ok(Variable::from_inner(inner))
     }
 
     /// Whether a variable named `name` is registered.

@@ -10,7 +10,8 @@ use crate::horizon::Registration;
 use crate::record;
 use crate::sync::epoch;
 use crate::version::VersionRef;
-use crate::{DType, Element, OwnedSnapshot};
+use crate::{dim, DType, Element, OwnedSnapshot};
+use ndarray::Dimension;
 
 /// A consistent cut through a [`Store`](crate::Store), from
 /// [`Store::snapshot`](crate::Store::snapshot).
@@ -31,20 +32,49 @@ use crate::{DType, Element, OwnedSnapshot};
 ///
 /// ```
 /// use mvtensor::Store;
-/// use ndarray::ArrayD;
+/// use ndarray::{Array1, Ix1};
 ///
 /// let store = Store::new();
-/// let w = store.variable("w", ArrayD::<f32>::zeros(vec![2]))?;
+/// let w = store.variable("w", Array1::<f32>::zeros(2))?;
 /// let before = store.snapshot();
-/// w.assign_add(&ArrayD::ones(vec![2]))?;
-/// assert_eq!(before.get::<f32>("w")?[[0]], 0.0);
-/// assert_eq!(store.snapshot().get::<f32>("w")?[[0]], 1.0);
+/// w.assign_add(&Array1::ones(2))?;
+/// assert_eq!(before.get::<f32, Ix1>("w")?[0], 0.0);
+/// assert_eq!(store.snapshot().get::<f32, Ix1>("w")?[0], 1.0);
 /// # Ok::<(), mvtensor::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct StoreSnapshot {
     timestamp: u64,
     entries: BTreeMap<Arc<str>, Captured>,
+}
+
+/// Runs `capture` at one point of the commit order: registers in the horizon, ticks the clock
+/// to `S`, and asks `capture` for what every variable showed at `S`. `None` (a version it
+/// needed was unlinked: a broken invariant) starts over at a newer clock value. Returns `S`
+/// and what was captured. Never waits for a writer.
+pub(crate) fn at_one_point<T>(
+    mut capture: impl FnMut(u64, &epoch::Guard) -> Option<T>,
+) -> (u64, T) {
+    let guard = epoch::pin();
+    loop {
+        // Registered before the tick, so that every writer that commits past our clock
+        // value keeps what we need linked (`horizon` module docs).
+        let registration = Registration::begin();
+        let timestamp = record::tick();
+        registration.at(timestamp);
+        if let Some(captured) = capture(timestamp, &guard) {
+            return (timestamp, captured);
+        }
+    }
+}
+
+/// A version a cut needed was unlinked: writers keep what a cut needs linked, so this is a
+/// broken invariant. Tests and loom models fail here; elsewhere the cut starts over.
+pub(crate) fn unlinked<T>(name: &str) -> Option<T> {
+    if cfg!(any(debug_assertions, mvtensor_loom)) {
+        panic!("`{name}`: a version a snapshot needs was unlinked");
+    }
+    None
 }
 
 /// One variable's version in a snapshot, type-erased.
@@ -70,35 +100,20 @@ impl Captured {
 
 impl StoreSnapshot {
     pub(crate) fn take(registry: &Registry) -> Self {
-        let guard = epoch::pin();
-        loop {
-            // Registered before the tick, so that every writer that commits past our clock
-            // value keeps what we need linked (`horizon` module docs).
-            let registration = Registration::begin();
-            let timestamp = record::tick();
-            registration.at(timestamp);
+        let (timestamp, entries) = at_one_point(|at, guard| {
             let mut entries = BTreeMap::new();
-            let mut complete = true;
             for (name, entry) in registry {
-                match entry.erased.version_at(timestamp, &guard) {
+                match entry.erased.version_at(at, guard) {
                     At::Version(captured) => {
                         entries.insert(Arc::clone(name), captured);
                     }
                     At::NotYetCreated => {}
-                    At::Unlinked => {
-                        // Writers keep what we need linked; tests and loom models fail here.
-                        if cfg!(any(debug_assertions, mvtensor_loom)) {
-                            panic!("`{name}`: a version a snapshot needs was unlinked");
-                        }
-                        complete = false;
-                        break;
-                    }
+                    At::Unlinked => return unlinked(name),
                 }
             }
-            if complete {
-                return Self { timestamp, entries };
-            }
-        }
+            Some(entries)
+        });
+        Self { timestamp, entries }
     }
 
     /// The clock value this snapshot is taken at: it shows exactly the writes whose commit
@@ -113,8 +128,9 @@ impl StoreSnapshot {
     ///
     /// # Errors
     /// [`Error::NotFound`] if the snapshot has no such variable (unknown, or created after
-    /// the snapshot); [`Error::DTypeMismatch`] if it holds another element type than `A`.
-    pub fn get<A: Element>(&self, name: &str) -> Result<OwnedSnapshot<A>> {
+    /// the snapshot); [`Error::DTypeMismatch`] if it holds another element type than `A`;
+    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one.
+    pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<OwnedSnapshot<A, D>> {
         let entry = self.entries.get(name).ok_or_else(|| Error::NotFound {
             name: name.to_owned(),
         })?;
@@ -132,18 +148,43 @@ impl StoreSnapshot {
     }
 
     /// Every variable in the snapshot, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = SnapshotEntry<'_>> + '_ {
-        self.entries
-            .iter()
-            .map(|(name, entry)| SnapshotEntry { name, entry })
+    pub fn iter(&self) -> Entries<'_> {
+        Entries {
+            inner: self.entries.iter(),
+        }
     }
 }
 
 impl<'s> IntoIterator for &'s StoreSnapshot {
     type Item = SnapshotEntry<'s>;
-    type IntoIter = Box<dyn Iterator<Item = SnapshotEntry<'s>> + 's>;
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
+    type IntoIter = Entries<'s>;
+    fn into_iter(self) -> Entries<'s> {
+        self.iter()
+    }
+}
+
+/// The variables of a [`StoreSnapshot`], sorted by name: [`StoreSnapshot::iter`].
+#[derive(Clone)]
+pub struct Entries<'s> {
+    inner: std::collections::btree_map::Iter<'s, Arc<str>, Captured>,
+}
+
+impl<'s> Iterator for Entries<'s> {
+    type Item = SnapshotEntry<'s>;
+    fn next(&mut self) -> Option<SnapshotEntry<'s>> {
+        let (name, entry) = self.inner.next()?;
+        Some(SnapshotEntry { name, entry })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Entries<'_> {}
+
+impl std::fmt::Debug for Entries<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.clone()).finish()
     }
 }
 
@@ -171,11 +212,21 @@ impl SnapshotEntry<'_> {
     pub fn version(&self) -> u64 {
         self.entry.number
     }
-    /// Its value, typed.
+    /// Its value, typed: `get::<f32, IxDyn>()`, or with a static rank, `get::<f32, Ix2>()`.
     ///
     /// # Errors
-    /// [`Error::DTypeMismatch`] if it holds another element type than `A`.
-    pub fn get<A: Element>(&self) -> Result<OwnedSnapshot<A>> {
+    /// [`Error::DTypeMismatch`] if it holds another element type than `A`;
+    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one.
+    pub fn get<A: Element, D: Dimension>(&self) -> Result<OwnedSnapshot<A, D>> {
+        if let Some(rank) = dim::rank::<D>() {
+            if rank != self.entry.shape.len() {
+                return Err(Error::RankMismatch {
+                    variable: self.name.to_owned(),
+                    expected: Some(self.entry.shape.len()),
+                    found: Some(rank),
+                });
+            }
+        }
         let version = self
             .entry
             .version

@@ -1,0 +1,81 @@
+//! Typed dimensions over untyped versions.
+//!
+//! Versions always hold an `ArrayD` (one representation for the store's mixed registry, the
+//! sections' slots and the kernel). A handle such as `Variable<f32, Ix2>` only promises the
+//! rank: the variable checks it on every write that could change it, so that a view of any
+//! of its versions as `D` cannot fail. What a typed handle adds per read is building that
+//! view (a copy of two small arrays); a dynamic-dimensional one (`IxDyn`, the default)
+//! builds nothing and shows the version's own array.
+
+use ndarray::{ArrayD, ArrayRef, ArrayView, ArrayViewMut, Dimension, IxDyn};
+
+/// Whether `D` is `IxDyn`, the dimension versions are stored with. `Dimension` is sealed,
+/// and `IxDyn` is the one implementation without a static rank.
+pub(crate) fn is_dyn<D: Dimension>() -> bool {
+    D::NDIM.is_none()
+}
+
+/// The rank every value of a `D` handle has: `None` for `IxDyn`.
+pub(crate) fn rank<D: Dimension>() -> Option<usize> {
+    D::NDIM
+}
+
+/// `data` as a view of dimension `D`.
+///
+/// The caller knows the rank fits: it is checked when a typed handle is made and on every
+/// write that could change it (`Variable::check_new_shape`).
+pub(crate) fn view<A, D: Dimension>(data: &ArrayD<A>) -> ArrayView<'_, A, D> {
+    data.view()
+        .into_dimensionality()
+        .expect("a typed handle's rank is checked on every write")
+}
+
+/// As [`view`], mutable.
+pub(crate) fn view_mut<A, D: Dimension>(data: &mut ArrayD<A>) -> ArrayViewMut<'_, A, D> {
+    data.view_mut()
+        .into_dimensionality()
+        .expect("a typed handle's rank is checked on every write")
+}
+
+/// How a snapshot shows a version's tensor as `&ArrayRef<A, D>`.
+pub(crate) enum Shown<A: 'static, D: Dimension> {
+    /// `D` is `IxDyn`: the version's own array is shown, nothing is built.
+    Dyn,
+    /// A typed view of the version's array. The `'static` is a lie told to the type system:
+    /// the view borrows the version, which its holder keeps alive, and it never leaves the
+    /// holder (only `&ArrayRef` borrows of it do, bounded by the holder's own borrow).
+    Typed(ArrayView<'static, A, D>),
+}
+
+impl<A: 'static, D: Dimension> Shown<A, D> {
+    /// # Safety
+    /// `data` outlives the returned value (its holder keeps the version alive).
+    pub(crate) unsafe fn new(data: &ArrayD<A>) -> Self {
+        if is_dyn::<D>() {
+            return Self::Dyn;
+        }
+        let view = view::<A, D>(data);
+        // SAFETY: the caller's contract; the view stays private to its holder.
+        Self::Typed(unsafe {
+            std::mem::transmute::<ArrayView<'_, A, D>, ArrayView<'static, A, D>>(view)
+        })
+    }
+
+    /// The tensor as `D`; `data` is the version's array this was made from.
+    pub(crate) fn get<'a>(&'a self, data: &'a ArrayD<A>) -> &'a ArrayRef<A, D> {
+        match self {
+            Self::Dyn => {
+                let dynamic: &ArrayRef<A, IxDyn> = data;
+                // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`), so the two types
+                // are the same type (and the pointer keeps its slice metadata).
+                unsafe { &*(std::ptr::from_ref(dynamic) as *const ArrayRef<A, D>) }
+            }
+            Self::Typed(view) => view,
+        }
+    }
+}
+
+/// Any array as a dynamic-dimensional view (no copy).
+pub(crate) fn dyn_view<A, E: Dimension>(x: &ArrayRef<A, E>) -> ndarray::ArrayViewD<'_, A> {
+    x.view().into_dyn()
+}

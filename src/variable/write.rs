@@ -1,0 +1,305 @@
+//! Writes to a variable: whole values, deltas (combined), read-modify-write, compare-and-set.
+//!
+//! Every public write takes any ndarray: deltas as `&ArrayRef<A, E>` (so `&Array2`,
+//! `&ArrayView`, `&ArcArray` and snapshots all coerce, and nothing is copied), whole values
+//! as an owned `Array<A, E>` (moved in). The write loop itself works on the dynamic-dimensional
+//! handle, so it is compiled once per element type, not once per dimension.
+
+use std::sync::Arc;
+
+use ndarray::{Array, ArrayRef, Dimension};
+
+use crate::combine::Publish;
+use crate::dim;
+use crate::error::{check_shape, Error, Result};
+use crate::kernel::{self, Delta, Op};
+use crate::limbo::reclaim_now;
+use crate::running::{self, Inside, Running};
+use crate::sync::epoch;
+use crate::version::{Building, Pinned, Version};
+use crate::{Element, Snapshot, Variable};
+
+impl<A: Element, D: Dimension> Variable<A, D> {
+    /// Replaces the value. Returns the new version number.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `value` has another shape (unless the variable has a
+    /// dynamic shape; then [`Error::RankMismatch`] if its rank is fixed and `value`'s differs).
+    pub fn assign<E: Dimension>(&self, value: Array<A, E>) -> Result<u64> {
+        let value = kernel::standard(value.into_dyn());
+        self.inner.check_new_shape(value.shape())?;
+        let mut value = Some(value);
+        self.erased().write_now(|_, next| {
+            // A lost attempt's version keeps the value: only the first attempt moves it in.
+            if let Some(value) = value.take() {
+                next.data = value;
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds `delta` elementwise. Returns the number of the version that includes it.
+    ///
+    /// Concurrent calls are *combined*: one thread applies every pending delta in a single
+    /// pass and publishes one version for all of them, so k concurrent updates cost one copy
+    /// of the tensor, not k (and nobody's work is thrown away by a lost compare-and-swap).
+    /// The caller may therefore wait while another thread applies its delta; readers never
+    /// wait. [`Stats`](crate::Stats) shows the batches.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
+    pub fn assign_add<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
+        self.erased().apply_delta(&dim::dyn_view(delta), Op::Add)
+    }
+
+    /// Subtracts `delta` elementwise. Returns the number of a version that includes it.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
+    pub fn assign_sub<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
+        self.erased().apply_delta(&dim::dyn_view(delta), Op::Sub)
+    }
+
+    /// `value += alpha * x` elementwise (ndarray's `scaled_add`, same argument order): an
+    /// SGD step is `w.scaled_add(-lr, &grad)`, with no temporary array. Combined with
+    /// concurrent `assign_add`s like them, and the same arithmetic as ndarray's, element by
+    /// element (`w + alpha * x`, no fused multiply-add). Returns the number of the version
+    /// that includes it.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `x` does not have exactly the variable's shape.
+    pub fn scaled_add<E: Dimension>(&self, alpha: A, x: &ArrayRef<A, E>) -> Result<u64> {
+        self.erased()
+            .apply_delta(&dim::dyn_view(x), Op::Scaled(alpha))
+    }
+
+    /// Replaces the value with `f(current)`, read-copy-update style. Returns the new version.
+    ///
+    /// `f` may run **more than once**: if another writer commits between reading the current
+    /// value and publishing, `f` runs again on the newer value. Keep it free of side effects.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `f` returns another shape (unless dynamic); nothing is
+    /// written then.
+    pub fn update<E: Dimension>(
+        &self,
+        mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
+    ) -> Result<u64> {
+        self.erased().write_now(|cur, next| {
+            let value = kernel::standard(f(&dim::view::<A, D>(&cur.data)).into_dyn());
+            self.inner.check_new_shape(value.shape())?;
+            next.data = value;
+            Ok(())
+        })
+    }
+
+    /// Like [`update`](Self::update), but returns a snapshot of the version it replaced.
+    /// Linearizable: the returned snapshot is exactly the value `f` turned into the new one,
+    /// so N threads incrementing a counter see every value exactly once. (For a scalar,
+    /// [`fetch_add`](Self::fetch_add) does it without an array per call.)
+    ///
+    /// `f` may run more than once (see [`update`](Self::update)).
+    ///
+    /// ```
+    /// use mvtensor::Variable;
+    /// use ndarray::arr1;
+    ///
+    /// let v = Variable::new(arr1(&[1, 2]));
+    /// let old = v.fetch_update(|c| c * 10)?;
+    /// assert_eq!(old.as_slice(), Some(&[1, 2][..]));
+    /// assert_eq!(v.read().as_slice(), Some(&[10, 20][..]));
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] as for [`update`](Self::update).
+    pub fn fetch_update<E: Dimension>(
+        &self,
+        mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
+    ) -> Result<Snapshot<A, D>> {
+        self.erased().fetch_write(|cur, next| {
+            let value = kernel::standard(f(&dim::view::<A, D>(&cur.data)).into_dyn());
+            self.inner.check_new_shape(value.shape())?;
+            next.data = value;
+            Ok(())
+        })
+    }
+
+    /// Replaces the value only if the current version number is `expected`. Returns the new
+    /// version number (`expected + 1`).
+    ///
+    /// # Errors
+    /// [`Error::VersionConflict`] if the variable is at another version;
+    /// [`Error::ShapeMismatch`] as for [`assign`](Self::assign).
+    pub fn compare_and_set<E: Dimension>(&self, expected: u64, value: Array<A, E>) -> Result<u64> {
+        let value = kernel::standard(value.into_dyn());
+        self.inner.check_new_shape(value.shape())?;
+        let mut value = Some(value);
+        self.erased().write_now(|cur, next| {
+            if cur.number != expected {
+                return Err(Error::VersionConflict {
+                    variable: self.name().to_owned(),
+                    expected,
+                    actual: cur.number,
+                });
+            }
+            if let Some(value) = value.take() {
+                next.data = value;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The write path proper, on the dynamic-dimensional handle.
+impl<A: Element> Variable<A> {
+    fn apply_delta(&self, delta: &ArrayRef<A, ndarray::IxDyn>, op: Op<A>) -> Result<u64> {
+        // A dynamic shape is checked against the version the pass builds on, one delta at a
+        // time; and a thread inside an execution must not wait for another's queue ticket.
+        if self.inner.dynamic_shape || running::inside() {
+            return self.apply_delta_alone(delta, op);
+        }
+        check_shape(self.name(), &self.inner.shape, delta.shape())?;
+        let combined = self.inner.combiner.submit(Delta { data: delta, op }, self);
+        reclaim_now(); // what this thread's passes (if it combined) replaced
+        match combined {
+            Some(version) => Ok(version),
+            None => self.apply_delta_alone(delta, op),
+        }
+    }
+
+    fn apply_delta_alone(&self, delta: &ArrayRef<A, ndarray::IxDyn>, op: Op<A>) -> Result<u64> {
+        self.write_now(|cur, next| {
+            check_shape(self.name(), cur.data.shape(), delta.shape())?;
+            kernel::apply(&cur.data, &[Delta { data: delta, op }], &mut next.data);
+            Ok(())
+        })
+    }
+
+    /// [`write`](Self::write) under a pin of its own; once unpinned, this thread hands the
+    /// version it replaced back to the pool if it is large and no reader holds it (see
+    /// [`reclaim_now`]). Returns the new version number.
+    pub(super) fn write_now(
+        &self,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<u64> {
+        let written = self
+            .write(&epoch::pin(), Taker::Anyone, make)
+            .map(|(_, new)| new);
+        reclaim_now();
+        written
+    }
+
+    /// [`write`](Self::write), returning a snapshot of the version it replaced.
+    pub(super) fn fetch_write<D: Dimension>(
+        &self,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<Snapshot<A, D>> {
+        let guard = epoch::pin();
+        let (old, _) = self.write(&guard, Taker::Anyone, make)?;
+        let old = old.as_ptr();
+        // SAFETY: `old` was the head while `guard` was pinned; `guard` moves into the snapshot.
+        Ok(Snapshot::new(unsafe { Pinned::new(old) }, guard))
+    }
+
+    /// The write loop: build the next value from the current version in a pooled version,
+    /// publish it with one compare-and-swap. Returns the replaced version and the new version
+    /// number.
+    ///
+    /// A free variable's writers are lock-free: a lost CAS means another write committed. A
+    /// queued variable's writers first take its ticket (FIFO), so they run one at a time.
+    ///
+    /// `make` may run several times, on the same `Building` (what it left there from a lost
+    /// attempt is still there).
+    pub(super) fn write<'g>(
+        &self,
+        guard: &'g epoch::Guard,
+        taker: Taker,
+        mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<(Pinned<'g, A>, u64)> {
+        let inner = &*self.inner;
+        let mut ticket = None;
+        let mut next = None;
+        loop {
+            let current = inner.head.current(guard);
+            if current.queued() && ticket.is_none() {
+                running::check_outside(|| {
+                    format!(
+                        "a direct write to `{}`, which a critical section holds",
+                        self.name()
+                    )
+                })?;
+                ticket = Some(inner.queue.enter());
+                continue; // reload: the previous ticket holder has committed
+            }
+            current.settle(guard); // free, or we hold the ticket: see `Current::settle`
+                                   // Holding the ticket, `make` (an `update` closure) must not wait for another.
+            let _inside = match ticket {
+                Some(_) => Some(Running::enter(
+                    Inside::QueuedUpdate(Arc::clone(&inner.name)),
+                    || format!("an update of `{}`", self.name()), // not reached: checked above
+                )?),
+                None => None,
+            };
+            let mut building = match next.take() {
+                Some(building) => building,
+                None => inner.building(&current.version.data, taker),
+            };
+            make(current.version.get(), &mut building)?;
+            building.number = current.version.number + 1;
+            match inner.head.publish(&current, building, guard) {
+                Ok(installed) => {
+                    inner.published(installed.number, installed.bytes());
+                    return Ok((current.version, installed.number)); // then the ticket goes
+                }
+                Err(lost) => {
+                    inner.home.counters.cas_retried();
+                    next = Some(lost);
+                }
+            }
+        }
+    }
+}
+
+/// Who takes a version from the pool, and so from which of its lists.
+#[derive(Clone, Copy)]
+pub(crate) enum Taker {
+    /// Any writer: the shared lists, two swaps.
+    Anyone,
+    /// The holder of the variable's combiner flag: its own list, no RMW.
+    FlagHolder,
+}
+
+/// A combining pass publishes through the variable's normal write path.
+impl<A: Element> Publish<A> for Variable<A> {
+    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
+        // No `write_now`: the caller reclaims after letting go of the combiner flag
+        // (`apply_delta`), so that waiters do not wait for it.
+        // `publish` runs with the combiner flag held: the pass takes from the flag's list.
+        let (_, version) = self
+            .write(&epoch::pin(), Taker::FlagHolder, |cur, next| {
+                kernel::apply(&cur.data, deltas, &mut next.data);
+                Ok(())
+            })
+            .ok()?;
+        self.inner.home.counters.combined(deltas.len());
+        Some(version)
+    }
+}
+
+impl<A: Element> Variable<A> {
+    /// A write that builds the next value in place from the current one (same shape, so
+    /// nothing to check): returns what `make` returned for the attempt that won, and the new
+    /// version number.
+    pub(super) fn write_value<R>(
+        &self,
+        mut make: impl FnMut(&ndarray::ArrayD<A>, &mut ndarray::ArrayD<A>) -> R,
+    ) -> Result<(R, u64)> {
+        let mut made = None;
+        let version = self.write_now(|cur, next| {
+            made = Some(make(&cur.data, &mut next.data));
+            Ok(())
+        })?;
+        Ok((made.expect("a committed write ran `make`"), version))
+    }
+}
