@@ -21,7 +21,7 @@ use std::hint::black_box;
 
 use gungraun::prelude::*;
 use mvtensor::Variable;
-use ndarray::{arr0, ArrayD, IxDyn};
+use ndarray::{arr0, ArrayD, Ix0, IxDyn};
 
 /// Operations per benchmark.
 const OPS: usize = 100;
@@ -138,6 +138,23 @@ fn fetch_update(v: Variable<i64>) -> Variable<i64> {
     v
 }
 
+fn scalar_counter() -> Variable<i64, Ix0> {
+    let v = Variable::scalar(0i64);
+    for _ in 0..WARM_UP {
+        v.fetch_add(1).expect("outside any section");
+    }
+    v
+}
+
+#[library_benchmark]
+#[bench::scalar(setup = scalar_counter)]
+fn fetch_add(v: Variable<i64, Ix0>) -> Variable<i64, Ix0> {
+    for _ in 0..OPS {
+        black_box(black_box(&v).fetch_add(1).expect("outside any section"));
+    }
+    v
+}
+
 fn rwlock_1k() -> parking_lot::RwLock<ArrayD<f32>> {
     let l = parking_lot::RwLock::new(ArrayD::zeros(IxDyn(&[1 << 10])));
     for _ in 0..WARM_UP {
@@ -183,7 +200,7 @@ library_benchmark_group!(
 library_benchmark_group!(
     name = scalar,
     compare_by_id = true,
-    benchmarks = [parking_lot_mutex_i64, fetch_update]
+    benchmarks = [parking_lot_mutex_i64, fetch_update, fetch_add]
 );
 
 library_benchmark_group!(

@@ -60,17 +60,19 @@ impl<A: Copy + 'static> Combiner<A> {
     /// Applies `delta` (alone or combined with others) and returns the version number that
     /// includes it, or `None` if the writer must apply it on its own.
     pub(crate) fn submit<P: Publish<A>>(&self, delta: Delta<'_, A>, publish: &P) -> Option<u64> {
-        let wait = if delta.data.len() * std::mem::size_of::<A>() >= PARK_BYTES {
+        let wait = if std::mem::size_of_val(delta.data) >= PARK_BYTES {
             Wait::Park
         } else {
             Wait::Spin
         };
+        // Erased to `'static` for the shared stack; `submit` returns only once the pass that
+        // reads them is over.
         let mut request = Request::new(Delta {
-            // Erased to `'static` for the shared stack; `submit` returns only once the pass
-            // that reads it is over.
             // SAFETY: see above: the borrow outlives every use of it.
+            shape: unsafe { &*std::ptr::from_ref(delta.shape) },
+            // SAFETY: as for `shape`.
             data: unsafe { &*std::ptr::from_ref(delta.data) },
-            ..delta
+            op: delta.op,
         });
         // SAFETY: every writer of this variable passes the variable itself as `publish`
         // (`Variable::apply_delta`), and the erased borrow outlives the call.

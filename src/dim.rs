@@ -64,18 +64,32 @@ impl<A: 'static, D: Dimension> Shown<A, D> {
     /// The tensor as `D`; `data` is the version's array this was made from.
     pub(crate) fn get<'a>(&'a self, data: &'a ArrayD<A>) -> &'a ArrayRef<A, D> {
         match self {
-            Self::Dyn => {
-                let dynamic: &ArrayRef<A, IxDyn> = data;
-                // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`), so the two types
-                // are the same type (and the pointer keeps its slice metadata).
-                unsafe { &*(std::ptr::from_ref(dynamic) as *const ArrayRef<A, D>) }
-            }
+            // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`).
+            Self::Dyn => unsafe { same_dyn(data) },
             Self::Typed(view) => view,
         }
     }
 }
 
-/// Any array as a dynamic-dimensional view (no copy).
-pub(crate) fn dyn_view<A, E: Dimension>(x: &ArrayRef<A, E>) -> ndarray::ArrayViewD<'_, A> {
-    x.view().into_dyn()
+/// Calls `f` with `data` as `D`: the array itself for `IxDyn`, else a view built for it.
+pub(crate) fn with_typed<A, D: Dimension, R>(
+    data: &ArrayD<A>,
+    f: impl FnOnce(&ArrayRef<A, D>) -> R,
+) -> R {
+    if is_dyn::<D>() {
+        // SAFETY: `D` is `IxDyn`, just checked.
+        f(unsafe { same_dyn(data) })
+    } else {
+        f(&view::<A, D>(data))
+    }
+}
+
+/// `data` as `&ArrayRef<A, D>`, with no view built.
+///
+/// # Safety
+/// `D` is `IxDyn` ([`is_dyn`]), so that the two types are one type.
+unsafe fn same_dyn<A, D: Dimension>(data: &ArrayD<A>) -> &ArrayRef<A, D> {
+    let dynamic: &ArrayRef<A, IxDyn> = data;
+    // SAFETY: the caller's contract; the cast keeps the pointer's slice metadata.
+    unsafe { &*(std::ptr::from_ref(dynamic) as *const ArrayRef<A, D>) }
 }

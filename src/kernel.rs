@@ -11,7 +11,9 @@
 //! (the pass waited for the pool, the pool for the pass): whatever runs a pass must never wait
 //! for a thread that may be waiting for it (`docs/design.md`, §9, "Who waits for whom").
 
-use ndarray::{ArrayD, ArrayRef, IxDyn};
+use std::borrow::Cow;
+
+use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
 use smallvec::SmallVec;
 
 use crate::Element;
@@ -24,23 +26,23 @@ pub(crate) enum Op<A> {
     Scaled(A),
 }
 
-impl<A: Element> Op<A> {
-    /// `out ⊕ d` for this op, as a function of the two elements.
-    #[inline(always)]
-    fn apply(self, out: A, d: A) -> A {
-        match self {
-            Op::Add => A::add(out, d),
-            Op::Sub => A::sub(out, d),
-            Op::Scaled(alpha) => A::add(out, A::mul(alpha, d)),
-        }
-    }
-}
-
-/// One delta of a pass; its shape was checked against the variable's.
+/// One delta of a pass: its shape (checked against the variable's by the caller) and its
+/// elements in standard (row-major) order. No `IxDyn` is built for it, whatever array the
+/// caller passed.
 #[derive(Debug)]
 pub(crate) struct Delta<'a, A> {
-    pub(crate) data: &'a ArrayRef<A, IxDyn>,
+    pub(crate) shape: &'a [usize],
+    pub(crate) data: &'a [A],
     pub(crate) op: Op<A>,
+}
+
+/// The elements of `x` in standard order: borrowed when it is laid out so (nearly always),
+/// else copied.
+pub(crate) fn standard_elements<A: Clone, E: Dimension>(x: &ArrayRef<A, E>) -> Cow<'_, [A]> {
+    match x.as_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(x.iter().cloned().collect()),
+    }
 }
 
 // By hand: a derive would require `A: Copy` of the borrow; `Op` is `Copy` for our elements.
@@ -54,44 +56,19 @@ impl<A: Copy> Copy for Delta<'_, A> {}
 /// Elements per chunk: 16 KiB of f32, small enough to stay in L1 across all deltas.
 const CHUNK: usize = 4096;
 
-/// Writes `base ± deltas` into `out`, which has the same shape (a pooled version's buffer:
-/// no allocation). Versions are always in standard layout, so both are plain slices; deltas
-/// are read in place when they are too (the usual case) and copied into standard layout
-/// first otherwise.
+/// Writes `base ⊕ deltas` into `out`, which has the same shape (a pooled version's buffer:
+/// no allocation). Versions are always in standard layout, so all are plain slices.
 pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: &mut ArrayD<A>) {
-    debug_assert!(deltas.iter().all(|d| d.data.shape() == base.shape()));
+    debug_assert!(deltas.iter().all(|d| d.shape == base.shape()));
     debug_assert_eq!(out.shape(), base.shape());
     let base = base.as_slice().expect("versions are in standard layout");
     let out = out.as_slice_mut().expect("versions are in standard layout");
-    // One contiguous delta (an uncontended write): one sweep, no chunking, no lists.
-    if let [Delta { data, op }] = deltas {
-        if let Some(delta) = data.as_slice() {
-            zip_into(out, base, delta, *op);
-            return;
-        }
+    // One delta (an uncontended write): one sweep, no chunking.
+    if let [delta] = deltas {
+        zip_into(out, base, delta.data, delta.op);
+        return;
     }
-    // Nearly always empty: deltas are contiguous unless the caller made a transposed view.
-    let copies: SmallVec<[ArrayD<A>; 1]> = if deltas.iter().all(|d| d.data.is_standard_layout()) {
-        SmallVec::new()
-    } else {
-        deltas
-            .iter()
-            .filter(|d| d.data.as_slice().is_none())
-            .map(|d| d.data.as_standard_layout().into_owned())
-            .collect()
-    };
-    let mut copies = copies.iter();
-    let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas
-        .iter()
-        .map(|d| {
-            let data = d.data.as_slice().unwrap_or_else(|| {
-                let copy = copies.next().expect("one copy per non-standard delta");
-                copy.as_slice()
-                    .expect("a standard-layout copy is contiguous")
-            });
-            (data, d.op)
-        })
-        .collect();
+    let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas.iter().map(|d| (d.data, d.op)).collect();
     for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
         let range = i * CHUNK..i * CHUNK + chunk.len();
         fill_chunk(chunk, &base[range.clone()], &deltas, range);
@@ -151,13 +128,14 @@ fn zip_with<A: Copy>(out: &mut [A], a: &[A], b: &[A], f: impl Fn(A, A) -> A) {
     }
 }
 
-/// `out = out ⊕ delta`, in place (a transaction's working copy). Same shapes.
+/// `out = out ⊕ delta`, in place (a transaction's working copy, in standard layout). Same
+/// shapes.
 pub(crate) fn apply_in_place<A: Element>(out: &mut ArrayD<A>, delta: Delta<'_, A>) {
-    debug_assert_eq!(out.shape(), delta.data.shape());
-    match (out.as_slice_mut(), delta.data.as_slice()) {
-        (Some(out), Some(d)) => accumulate(out, d, delta.op),
-        _ => out.zip_mut_with(delta.data, |o, &d| *o = delta.op.apply(*o, d)),
-    }
+    debug_assert_eq!(out.shape(), delta.shape);
+    let out = out
+        .as_slice_mut()
+        .expect("working copies are in standard layout");
+    accumulate(out, delta.data, delta.op);
 }
 
 /// `out = from`, element by element (same shapes; `out` is a version, in standard layout;
@@ -185,28 +163,31 @@ mod tests {
     use super::*;
     use ndarray::{IxDyn, ShapeBuilder};
 
+    fn delta<'a, A: Element>(data: &'a [A], shape: &'a [usize], op: Op<A>) -> Delta<'a, A> {
+        Delta { shape, data, op }
+    }
+
     #[test]
     fn fused_pass_matches_elementwise_arithmetic() {
         let n = if cfg!(miri) { 10 } else { 3 * CHUNK + 7 };
         let base = ArrayD::from_shape_fn(IxDyn(&[n]), |i| i[0] as i64);
         let d1 = ArrayD::from_elem(IxDyn(&[n]), 5i64);
         let d2 = ArrayD::from_shape_fn(IxDyn(&[n]), |i| 2 * i[0] as i64);
+        let d3 = ArrayD::from_elem(IxDyn(&[n]), 7i64);
         let mut out = ArrayD::default(base.raw_dim());
+        let shape = &[n][..];
+        let slice = |a: &'static str, x: &ArrayD<i64>| x.as_slice().expect(a).to_vec();
+        let (s1, s2, s3) = (slice("d1", &d1), slice("d2", &d2), slice("d3", &d3));
         apply(
             &base,
             &[
-                Delta {
-                    data: &d1,
-                    op: Op::Add,
-                },
-                Delta {
-                    data: &d2,
-                    op: Op::Sub,
-                },
+                delta(&s1, shape, Op::Add),
+                delta(&s2, shape, Op::Sub),
+                delta(&s3, shape, Op::Scaled(3)),
             ],
             &mut out,
         );
-        let expected = &base + &d1 - &d2;
+        let expected = &base + &d1 - &d2 + &d3 * 3;
         assert_eq!(out, expected);
         assert!(out.is_standard_layout());
     }
@@ -217,31 +198,30 @@ mod tests {
             ArrayD::from_shape_vec(IxDyn(&[2, 3]).f(), vec![1.0f32, 4., 2., 5., 3., 6.]).unwrap();
         let base =
             ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f32, 2., 3., 4., 5., 6.]).unwrap();
+        let elements = standard_elements(&fortran);
+        assert!(
+            matches!(elements, Cow::Owned(_)),
+            "a Fortran array is copied"
+        );
         let mut out = ArrayD::default(base.raw_dim());
         apply(
             &base,
-            &[Delta {
-                data: &fortran,
-                op: Op::Add,
-            }],
+            &[delta(&elements, fortran.shape(), Op::Add)],
             &mut out,
         );
         assert_eq!(out, &base * 2.0);
+        assert!(matches!(standard_elements(&base), Cow::Borrowed(_)));
     }
 
     #[test]
     fn integer_overflow_wraps_instead_of_panicking() {
         let base = ArrayD::from_elem(IxDyn(&[3]), i32::MAX);
-        let one = ArrayD::from_elem(IxDyn(&[3]), 1);
         let mut out = ArrayD::default(base.raw_dim());
-        apply(
-            &base,
-            &[Delta {
-                data: &one,
-                op: Op::Add,
-            }],
-            &mut out,
-        );
+        apply(&base, &[delta(&[1, 1, 1], &[3], Op::Add)], &mut out);
         assert!(out.iter().all(|&x| x == i32::MIN));
+        apply_in_place(&mut out, delta(&[2, 2, 2], &[3], Op::Scaled(i32::MAX)));
+        assert!(out
+            .iter()
+            .all(|&x| x == i32::MIN.wrapping_add(i32::MAX.wrapping_mul(2))));
     }
 }

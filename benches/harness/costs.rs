@@ -14,7 +14,7 @@ use std::thread;
 
 use crossbeam_utils::CachePadded;
 use mvtensor::Variable;
-use ndarray::{arr0, ArrayD};
+use ndarray::{arr0, ArrayD, Ix0};
 
 use super::{check_dense, initial, median, ones, Subject, SIZES};
 
@@ -40,6 +40,8 @@ pub enum Op {
     PlMutexI64,
     /// `fetch_update(|c| c + 1)` on a 0-d `Variable<i64>`, the returned snapshot dropped.
     FetchUpdate,
+    /// `fetch_add(1)` on `Variable::scalar(0i64)`: the scalar API, no array per call.
+    FetchAdd,
     /// A 1K `parking_lot::RwLock<ArrayD<f32>>`: read guard taken and dropped.
     PlRwLockRead,
     /// A 1K `Variable<f32>`: `read()` taken and dropped.
@@ -191,10 +193,12 @@ impl<S: Subject> Probe for Reads<S> {
     }
 }
 
-/// A scalar counter: `parking_lot::Mutex<i64>` or mvtensor's `fetch_update`.
+/// A scalar counter: `parking_lot::Mutex<i64>`, mvtensor's `fetch_update` on a 0-d
+/// variable, or its scalar `fetch_add`.
 enum Counter {
     Lock(parking_lot::Mutex<i64>),
     Mv(Variable<i64>),
+    Scalar(Variable<i64, Ix0>),
 }
 
 struct Increments {
@@ -212,12 +216,16 @@ impl Probe for Increments {
                 let old = black_box(v).fetch_update(|c| c + 1).expect("same shape");
                 black_box(&old);
             }),
+            Counter::Scalar(v) => per_op(self.ops, || {
+                black_box(black_box(v).fetch_add(1).expect("outside any section"));
+            }),
         }
     }
     fn check(&self) {
         let value = match &self.c {
             Counter::Lock(m) => *m.lock(),
             Counter::Mv(v) => v.read()[[]],
+            Counter::Scalar(v) => v.get(),
         };
         assert_eq!(value, self.done as i64, "a lost increment");
     }
@@ -311,6 +319,8 @@ fn probes(plan: CostPlan) -> Vec<(Op, Box<dyn Probe>)> {
     probes.push((Op::PlMutexI64, counter(Counter::Lock(zero))));
     let zero = Variable::new(arr0(0i64).into_dyn());
     probes.push((Op::FetchUpdate, counter(Counter::Mv(zero))));
+    let zero = Variable::scalar(0i64);
+    probes.push((Op::FetchAdd, counter(Counter::Scalar(zero))));
     let rwlock = parking_lot::RwLock::new(initial(SMALL));
     probes.push((Op::PlRwLockRead, Box::new(Reads { s: rwlock, ops })));
     let v = Variable::new(initial(SMALL));

@@ -132,11 +132,7 @@ impl<A: Element> Slot<A> {
         let state = unsafe { self.state() };
         state.load(&self.variable, guard);
         if let Init::Delta(delta) = init {
-            check_shape(
-                self.variable.name(),
-                state.current().shape(),
-                delta.data.shape(),
-            )?;
+            check_shape(self.variable.name(), state.current().shape(), delta.shape)?;
         }
         if state.checkpoint.is_none() {
             // The execution's first write: fill a pooled version from what it sees, and keep

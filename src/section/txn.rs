@@ -13,7 +13,7 @@ use super::slot::{AnySlot, Borrow, Init, Slot};
 use super::Resource;
 use crate::dim::{self, Shown};
 use crate::error::{same_shape, Error, Result};
-use crate::kernel::{self, Delta, Op};
+use crate::kernel::{self, standard_elements, Delta, Op};
 use crate::record::CommitRecord;
 use crate::sync::epoch;
 use crate::version::VersionRef;
@@ -185,7 +185,7 @@ impl<'s> Txn<'s> {
         variable: &Variable<A, D>,
         delta: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), &dim::dyn_view(delta), Op::Add)
+        self.add(variable.erased(), delta, Op::Add)
     }
 
     /// Subtracts `delta` from the working copy.
@@ -197,7 +197,7 @@ impl<'s> Txn<'s> {
         variable: &Variable<A, D>,
         delta: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), &dim::dyn_view(delta), Op::Sub)
+        self.add(variable.erased(), delta, Op::Sub)
     }
 
     /// `current += alpha * x` (ndarray's `scaled_add`, same argument order and arithmetic),
@@ -212,7 +212,7 @@ impl<'s> Txn<'s> {
         alpha: A,
         x: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), &dim::dyn_view(x), Op::Scaled(alpha))
+        self.add(variable.erased(), x, Op::Scaled(alpha))
     }
 
     /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
@@ -229,14 +229,19 @@ impl<'s> Txn<'s> {
         self.assign(variable, value)
     }
 
-    fn add<A: Element>(
+    fn add<A: Element, E: Dimension>(
         &self,
         variable: &Variable<A>,
-        delta: &ArrayRef<A, IxDyn>,
+        delta: &ArrayRef<A, E>,
         op: Op<A>,
     ) -> Result<()> {
         let slot = self.slot(variable)?;
-        let init = Init::Delta(Delta { data: delta, op });
+        let data = standard_elements(delta);
+        let init = Init::Delta(Delta {
+            shape: delta.shape(),
+            data: &data,
+            op,
+        });
         slot.write(self.section, init, &self.guard).map(drop)
     }
 

@@ -12,7 +12,7 @@ use ndarray::{Array, ArrayRef, Dimension};
 use crate::combine::Publish;
 use crate::dim;
 use crate::error::{check_shape, Error, Result};
-use crate::kernel::{self, Delta, Op};
+use crate::kernel::{self, standard_elements, Delta, Op};
 use crate::limbo::reclaim_now;
 use crate::running::{self, Inside, Running};
 use crate::sync::epoch;
@@ -49,7 +49,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// # Errors
     /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
     pub fn assign_add<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
-        self.erased().apply_delta(&dim::dyn_view(delta), Op::Add)
+        self.erased()
+            .apply_delta(delta.shape(), &standard_elements(delta), Op::Add)
     }
 
     /// Subtracts `delta` elementwise. Returns the number of a version that includes it.
@@ -57,7 +58,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// # Errors
     /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
     pub fn assign_sub<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
-        self.erased().apply_delta(&dim::dyn_view(delta), Op::Sub)
+        self.erased()
+            .apply_delta(delta.shape(), &standard_elements(delta), Op::Sub)
     }
 
     /// `value += alpha * x` elementwise (ndarray's `scaled_add`, same argument order): an
@@ -70,7 +72,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// [`Error::ShapeMismatch`] if `x` does not have exactly the variable's shape.
     pub fn scaled_add<E: Dimension>(&self, alpha: A, x: &ArrayRef<A, E>) -> Result<u64> {
         self.erased()
-            .apply_delta(&dim::dyn_view(x), Op::Scaled(alpha))
+            .apply_delta(x.shape(), &standard_elements(x), Op::Scaled(alpha))
     }
 
     /// Replaces the value with `f(current)`, read-copy-update style. Returns the new version.
@@ -86,7 +88,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<u64> {
         self.erased().write_now(|cur, next| {
-            let value = kernel::standard(f(&dim::view::<A, D>(&cur.data)).into_dyn());
+            let value = kernel::standard(dim::with_typed(&cur.data, &mut f).into_dyn());
             self.inner.check_new_shape(value.shape())?;
             next.data = value;
             Ok(())
@@ -118,7 +120,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<Snapshot<A, D>> {
         self.erased().fetch_write(|cur, next| {
-            let value = kernel::standard(f(&dim::view::<A, D>(&cur.data)).into_dyn());
+            let value = kernel::standard(dim::with_typed(&cur.data, &mut f).into_dyn());
             self.inner.check_new_shape(value.shape())?;
             next.data = value;
             Ok(())
@@ -153,25 +155,27 @@ impl<A: Element, D: Dimension> Variable<A, D> {
 
 /// The write path proper, on the dynamic-dimensional handle.
 impl<A: Element> Variable<A> {
-    fn apply_delta(&self, delta: &ArrayRef<A, ndarray::IxDyn>, op: Op<A>) -> Result<u64> {
+    /// A delta of `shape` whose elements are `data`, in standard order.
+    fn apply_delta(&self, shape: &[usize], data: &[A], op: Op<A>) -> Result<u64> {
+        let delta = Delta { shape, data, op };
         // A dynamic shape is checked against the version the pass builds on, one delta at a
         // time; and a thread inside an execution must not wait for another's queue ticket.
         if self.inner.dynamic_shape || running::inside() {
-            return self.apply_delta_alone(delta, op);
+            return self.apply_delta_alone(delta);
         }
-        check_shape(self.name(), &self.inner.shape, delta.shape())?;
-        let combined = self.inner.combiner.submit(Delta { data: delta, op }, self);
+        check_shape(self.name(), &self.inner.shape, shape)?;
+        let combined = self.inner.combiner.submit(delta, self);
         reclaim_now(); // what this thread's passes (if it combined) replaced
         match combined {
             Some(version) => Ok(version),
-            None => self.apply_delta_alone(delta, op),
+            None => self.apply_delta_alone(delta),
         }
     }
 
-    fn apply_delta_alone(&self, delta: &ArrayRef<A, ndarray::IxDyn>, op: Op<A>) -> Result<u64> {
+    fn apply_delta_alone(&self, delta: Delta<'_, A>) -> Result<u64> {
         self.write_now(|cur, next| {
-            check_shape(self.name(), cur.data.shape(), delta.shape())?;
-            kernel::apply(&cur.data, &[Delta { data: delta, op }], &mut next.data);
+            check_shape(self.name(), cur.data.shape(), delta.shape)?;
+            kernel::apply(&cur.data, &[delta], &mut next.data);
             Ok(())
         })
     }

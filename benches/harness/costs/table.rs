@@ -119,6 +119,11 @@ impl Costs {
             mv.vs("parking_lot Mutex", lock)
                 .at_most(3.0, "parking_lot Mutex"),
         );
+        let mv = self.row("fetch_add(1), Variable::scalar(0i64)", Op::FetchAdd);
+        rows.push(
+            mv.vs("parking_lot Mutex", lock)
+                .at_most(3.0, "parking_lot Mutex"),
+        );
 
         let lock = self.ns(Op::PlRwLockRead);
         rows.push(self.row("parking_lot RwLock read + unlock, 1K", Op::PlRwLockRead));
