@@ -9,34 +9,38 @@
 //!
 //! # A first example
 //!
+//! What a trainer does: threads read the parameters, compute a gradient, and apply it, with
+//! no lock. (A whole trainer is `examples/trainer.rs`; the [`docs::trainer_guide`] says which
+//! read to use in a step and how to run an optimizer in a critical section.)
+//!
 //! ```
-//! use mvtensor::{Store, Variable};
-//! use ndarray::ArrayD;
+//! use mvtensor::{read_all, Variable};
+//! use ndarray::{Array1, Array2};
 //!
-//! let store = Store::new();
-//! let w: Variable<f32> = store.variable("w", ArrayD::zeros(vec![1024]))?;
-//!
+//! let w = Variable::new(Array2::<f32>::zeros((4, 3))); // a Variable<f32, Ix2>
+//! let b = Variable::new(Array1::<f32>::zeros(3));
 //! std::thread::scope(|s| {
 //!     for _ in 0..4 {
-//!         let w = w.clone();
-//!         s.spawn(move || {
-//!             let grad = ArrayD::from_elem(vec![1024], 0.5f32);
+//!         s.spawn(|| {
 //!             for _ in 0..100 {
-//!                 w.assign_add(&grad).unwrap(); // no lock, no lost update
+//!                 let (w_now, b_now) = read_all((&w, &b)); // one consistent set, wait-free
+//!                 let _logits = Array1::<f32>::ones(4).dot(&*w_now) + &*b_now;
+//!                 let grad = Array2::from_elem((4, 3), 1.0f32); // (the backward pass)
+//!                 w.scaled_add(-0.5, &grad).unwrap(); // no lock, no lost update
+//!                 b.scaled_add(-0.5, &Array1::ones(3)).unwrap();
 //!             }
 //!         });
 //!     }
 //!     s.spawn(|| {
-//!         let snapshot = w.read(); // wait-free; never changes while we look at it
-//!         let first = snapshot[[0]];
+//!         let snapshot = w.read(); // never changes while we look at it
+//!         let first = snapshot[[0, 0]];
 //!         assert!(snapshot.iter().all(|&x| x == first), "never a torn value");
 //!     });
 //! });
-//! assert!(w.read().iter().all(|&x| x == 200.0));
-//! // Concurrent deltas were combined: 400 of them in at most 400 versions.
+//! assert!(w.read().iter().all(|&x| x == -200.0));
+//! // Concurrent updates were combined: 400 of them in at most 400 versions.
 //! assert_eq!(w.stats().combined_deltas, 400);
 //! assert!(w.version() <= 400);
-//! # Ok::<(), mvtensor::Error>(())
 //! ```
 //!
 //! # What you get
@@ -55,8 +59,13 @@
 //!   value in a version its variable used before. With no snapshot held, a large variable
 //!   keeps 2-3 versions; a small one about three batches of retired versions (~192 KiB at
 //!   most), handed to the epoch a batch at a time. A reader's pin never frees memory.
-//! * **Combined updates.** Concurrent [`assign_add`](Variable::assign_add)s to one variable
-//!   are summed into one pass and one version: k updates cost one copy of the tensor, and no
+//! * **Any ndarray in, typed arrays out.** Writes take any array or view of any dimension;
+//!   a `Variable<f32, Ix2>`'s snapshots are 2-d arrays (`dot` works). Scalars have their
+//!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`] reads several
+//!   variables at one point of the commit order.
+//! * **Combined updates.** Concurrent [`assign_add`](Variable::assign_add)s and
+//!   [`scaled_add`](Variable::scaled_add)s to one variable are summed into one pass and one
+//!   version: k updates cost one copy of the tensor, and no
 //!   work is thrown away by a lost compare-and-swap. [`Variable::stats`] shows the batches.
 //! * **Critical sections.** A [`CriticalSection`] runs closures over a set of variables one
 //!   at a time, first come first served, and commits each one's writes all-or-nothing. A
@@ -109,11 +118,12 @@
 //!
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 mod announce;
 mod combine;
 mod dim;
+pub mod docs;
 mod element;
 mod error;
 mod head;
