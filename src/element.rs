@@ -56,6 +56,12 @@ pub trait Element:
     fn sub(a: Self, b: Self) -> Self;
     /// `a * b` (wrapping for integers).
     fn mul(a: Self, b: Self) -> Self;
+    /// The value from its little-endian bytes (`bytes` is exactly `size_of::<Self>()` long).
+    #[doc(hidden)]
+    fn from_le_slice(bytes: &[u8]) -> Self;
+    /// Appends the value's little-endian bytes.
+    #[doc(hidden)]
+    fn extend_le(self, out: &mut Vec<u8>);
 }
 
 mod sealed {
@@ -79,6 +85,12 @@ macro_rules! float {
             fn mul(a: Self, b: Self) -> Self {
                 a * b
             }
+            fn from_le_slice(bytes: &[u8]) -> Self {
+                Self::from_le_bytes(bytes.try_into().expect("one element's bytes"))
+            }
+            fn extend_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
         }
     };
 }
@@ -99,6 +111,12 @@ macro_rules! int {
             #[inline(always)]
             fn mul(a: Self, b: Self) -> Self {
                 a.wrapping_mul(b)
+            }
+            fn from_le_slice(bytes: &[u8]) -> Self {
+                Self::from_le_bytes(bytes.try_into().expect("one element's bytes"))
+            }
+            fn extend_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
             }
         }
     };

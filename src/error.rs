@@ -143,6 +143,17 @@ pub enum Error {
         mutably: bool,
     },
 
+    /// A checkpoint could not be written, read or restored: the file, and what is wrong
+    /// (an I/O error, a malformed file, a tensor that does not fit the store). Nothing was
+    /// applied, and a failed save leaves the previous file intact.
+    #[error("checkpoint `{file}`: {problem}")]
+    Checkpoint {
+        /// The file (or `<bytes>` for [`Store::load_bytes`](crate::Store::load_bytes)).
+        file: String,
+        /// What went wrong.
+        problem: String,
+    },
+
     /// An execution tried to write a variable its section does not hold.
     #[error("variable `{variable}` is not in the resource set of section `{section}`")]
     NotInResourceSet {

@@ -121,6 +121,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod announce;
+pub mod checkpoint;
 mod combine;
 mod dim;
 pub mod docs;

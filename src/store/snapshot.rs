@@ -1,6 +1,7 @@
 //! [`StoreSnapshot`]: every variable of a store as of one point in the commit order.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -82,14 +83,28 @@ pub(crate) fn unlinked<T>(name: &str) -> Option<T> {
 pub(crate) struct Captured {
     /// A `VersionRef<A>`.
     version: Arc<dyn Any + Send + Sync>,
-    dtype: DType,
-    shape: Vec<usize>,
-    number: u64,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) number: u64,
+    /// The tensor's elements as little-endian bytes (borrowed where the machine is).
+    pub(crate) bytes: fn(&Captured) -> Cow<'_, [u8]>,
 }
 
 impl Captured {
     pub(crate) fn new<A: Element>(version: VersionRef<A>) -> Self {
         Self {
+            bytes: |captured| {
+                let version = captured
+                    .version
+                    .downcast_ref::<VersionRef<A>>()
+                    .expect("made with this element type");
+                crate::checkpoint::le_bytes(
+                    version
+                        .data
+                        .as_slice()
+                        .expect("versions are in standard layout"),
+                )
+            },
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             number: version.number,
@@ -145,6 +160,11 @@ impl StoreSnapshot {
     /// Whether the snapshot has no variables.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The captured variables, by name (for checkpoints).
+    pub(crate) fn entries(&self) -> &BTreeMap<Arc<str>, Captured> {
+        &self.entries
     }
 
     /// Every variable in the snapshot, sorted by name.

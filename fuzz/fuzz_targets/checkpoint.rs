@@ -1,0 +1,62 @@
+//! Arbitrary bytes fed to the checkpoint loader (`Store::load_bytes`): it never panics, a
+//! refusal is always `Error::Checkpoint`, and what it accepts agrees with the safetensors
+//! crate's own reading of the same bytes (the reference model): the same names, dtypes,
+//! shapes and element bytes. Seeds: `fuzz/seeds/checkpoint` (valid files of every dtype).
+//!
+//!     cargo +nightly fuzz run checkpoint fuzz/corpus/checkpoint fuzz/seeds/checkpoint
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mvtensor::ndarray::IxDyn;
+use mvtensor::{DType, Error, Store};
+use safetensors::tensor::Dtype;
+use safetensors::SafeTensors;
+
+fuzz_target!(|data: &[u8]| {
+    let store = match Store::load_bytes(data) {
+        Ok(store) => store,
+        Err(Error::Checkpoint { file, .. }) => {
+            assert_eq!(file, "<bytes>");
+            return;
+        }
+        Err(other) => panic!("a refusal that is not Error::Checkpoint: {other}"),
+    };
+    let reference =
+        SafeTensors::deserialize(data).expect("mvtensor accepted what safetensors refuses");
+    let mut names = reference.names();
+    names.sort_unstable();
+    let infos = store.list();
+    assert_eq!(
+        infos.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+        names
+    );
+    for info in infos {
+        let tensor = reference.tensor(&info.name).unwrap();
+        assert_eq!(info.shape, tensor.shape(), "{}", info.name);
+        let bytes = match (info.dtype, tensor.dtype()) {
+            (DType::F32, Dtype::F32) => le(&store, &info.name, f32::to_le_bytes),
+            (DType::F64, Dtype::F64) => le(&store, &info.name, f64::to_le_bytes),
+            (DType::I32, Dtype::I32) => le(&store, &info.name, i32::to_le_bytes),
+            (DType::I64, Dtype::I64) => le(&store, &info.name, i64::to_le_bytes),
+            (DType::F16, Dtype::F16) => le(&store, &info.name, mvtensor::half::f16::to_le_bytes),
+            (DType::BF16, Dtype::BF16) => le(&store, &info.name, mvtensor::half::bf16::to_le_bytes),
+            (ours, theirs) => panic!(
+                "`{}`: loaded as {ours}, the file says {theirs:?}",
+                info.name
+            ),
+        };
+        assert_eq!(bytes, tensor.data(), "`{}`: other values", info.name);
+    }
+});
+
+/// The variable's elements as little-endian bytes, in standard order.
+fn le<A: mvtensor::Element, const N: usize>(
+    store: &Store,
+    name: &str,
+    f: fn(A) -> [u8; N],
+) -> Vec<u8> {
+    let v = store.get::<A, IxDyn>(name).unwrap();
+    let r = v.read();
+    r.iter().flat_map(|&x| f(x)).collect()
+}

@@ -1,0 +1,269 @@
+//! Reading a checkpoint: into a new store, or restored into a running one in one commit.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use ndarray::{ArrayD, IxDyn};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+
+use super::checkpoint_error;
+use crate::error::{Error, Result};
+use crate::{CriticalSection, CriticalSectionBuilder, Element, Store, Txn, Variable};
+
+/// What [`Store::restore`] does with a variable that one side has and the other lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Missing {
+    /// Refuse: the restore is an error and changes nothing.
+    #[default]
+    Error,
+    /// Go on without it (a tensor of the file the store lacks is ignored; a variable of the
+    /// store the file lacks keeps its value).
+    Skip,
+}
+
+/// Options of [`Store::restore`]. The default refuses both kinds of mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Restore {
+    /// A tensor of the file with no variable of that name in the store.
+    pub missing_in_store: Missing,
+    /// A variable of the store with no tensor of that name in the file.
+    pub missing_in_file: Missing,
+}
+
+impl Restore {
+    /// Restores what both have and leaves the rest alone.
+    pub fn lenient() -> Self {
+        Self {
+            missing_in_store: Missing::Skip,
+            missing_in_file: Missing::Skip,
+        }
+    }
+
+    /// Sets what a tensor of the file with no variable in the store means.
+    pub fn missing_in_store(mut self, missing: Missing) -> Self {
+        self.missing_in_store = missing;
+        self
+    }
+
+    /// Sets what a variable of the store with no tensor in the file means.
+    pub fn missing_in_file(mut self, missing: Missing) -> Self {
+        self.missing_in_file = missing;
+        self
+    }
+}
+
+impl Store {
+    /// Reads the checkpoint at `path` into a new store: one fixed-shape variable per tensor,
+    /// under the tensor's name, at version 0.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the file and the problem: unreadable, malformed, or a
+    /// dtype mvtensor has no element type for.
+    pub fn load(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| checkpoint_error(path, e.to_string()))?;
+        Self::load_from(&bytes, &path.display().to_string())
+    }
+
+    /// As [`load`](Self::load), from the bytes of a checkpoint already in memory.
+    ///
+    /// # Errors
+    /// As for [`load`](Self::load), naming the file `<bytes>`.
+    pub fn load_bytes(bytes: &[u8]) -> Result<Store> {
+        Self::load_from(bytes, "<bytes>")
+    }
+
+    fn load_from(bytes: &[u8], file: &str) -> Result<Store> {
+        let tensors = parse(bytes, file)?;
+        let store = Store::new();
+        for t in tensors {
+            let name = t.name;
+            dispatch!(t.values, values => store.variable(&name, values).map(drop))
+                .map_err(|e| error(file, e.to_string()))?;
+        }
+        Ok(store)
+    }
+
+    /// Sets every variable of the store that the checkpoint at `path` names to the file's
+    /// value, **in one commit**: a store snapshot (or `read_all`, or a section) sees all of
+    /// the checkpoint or none of it. The commit goes through the variables' queues like a
+    /// critical section's (one that shares its resources), so concurrent writers are ordered
+    /// before or after it, never interleaved. Returns how many variables were restored.
+    ///
+    /// The whole file is read and checked before anything is applied.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming the file and the problem: unreadable or malformed, a
+    /// tensor whose dtype or shape does not fit the variable of its name, or a name missing
+    /// on either side where `options` refuse it; [`Error::ResourceConflict`] if a variable
+    /// belongs to a section that holds it exclusively (restore through that section instead).
+    /// Nothing is applied then.
+    pub fn restore(&self, path: impl AsRef<Path>, options: Restore) -> Result<usize> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| checkpoint_error(path, e.to_string()))?;
+        let tensors = parse(&bytes, &file)?;
+        let in_file: HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+        if options.missing_in_file == Missing::Error {
+            if let Some(info) = self
+                .list()
+                .into_iter()
+                .find(|i| !in_file.contains(&*i.name))
+            {
+                return Err(error(&file, format!("it has no tensor `{}`", info.name)));
+            }
+        }
+        let mut staged: Vec<Box<dyn Staged>> = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            if !self.contains(&t.name) {
+                match options.missing_in_store {
+                    Missing::Error => {
+                        return Err(error(
+                            &file,
+                            format!("the store has no variable `{}`", t.name),
+                        ))
+                    }
+                    Missing::Skip => continue,
+                }
+            }
+            let name = t.name;
+            staged.push(
+                dispatch!(t.values, values => stage(self, &name, values))
+                    .map_err(|e| error(&file, e.to_string()))?,
+            );
+        }
+        let count = staged.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        let section = staged
+            .iter()
+            .fold(
+                CriticalSection::builder().name(format!("restore of {file}")),
+                |b, s| s.claim(b),
+            )
+            .exclusive(false)
+            .build()?;
+        section.execute(|tx| staged.into_iter().try_for_each(|s| s.assign(tx)))?;
+        Ok(count)
+    }
+}
+
+/// One tensor of a checkpoint, checked against its variable and ready to assign.
+trait Staged: Send {
+    fn claim(&self, builder: CriticalSectionBuilder) -> CriticalSectionBuilder;
+    fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()>;
+}
+
+struct Assign<A: Element> {
+    variable: Variable<A>,
+    value: ArrayD<A>,
+}
+
+impl<A: Element> Staged for Assign<A> {
+    fn claim(&self, builder: CriticalSectionBuilder) -> CriticalSectionBuilder {
+        builder.resource(&self.variable)
+    }
+    fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()> {
+        tx.assign(&self.variable, self.value)
+    }
+}
+
+/// The variable `name` of `store`, checked to take `value` (dtype, shape).
+fn stage<A: Element>(store: &Store, name: &str, value: ArrayD<A>) -> Result<Box<dyn Staged>> {
+    let variable = store.get::<A, IxDyn>(name)?;
+    variable.check_new_shape(value.shape())?;
+    Ok(Box::new(Assign { variable, value }))
+}
+
+/// One tensor of a file, typed.
+struct Parsed {
+    name: String,
+    values: Values,
+}
+
+/// A tensor's values, as the element type its dtype names.
+enum Values {
+    F32(ArrayD<f32>),
+    F64(ArrayD<f64>),
+    I32(ArrayD<i32>),
+    I64(ArrayD<i64>),
+    #[cfg(feature = "half")]
+    F16(ArrayD<half::f16>),
+    #[cfg(feature = "half")]
+    BF16(ArrayD<half::bf16>),
+}
+
+/// Runs `$body` with `$v` bound to the typed array inside a [`Values`].
+macro_rules! dispatch {
+    ($values:expr, $v:ident => $body:expr) => {
+        match $values {
+            Values::F32($v) => $body,
+            Values::F64($v) => $body,
+            Values::I32($v) => $body,
+            Values::I64($v) => $body,
+            #[cfg(feature = "half")]
+            Values::F16($v) => $body,
+            #[cfg(feature = "half")]
+            Values::BF16($v) => $body,
+        }
+    };
+}
+use dispatch;
+
+/// Every tensor of a checkpoint's bytes, checked (header, offsets, dtypes) before any is
+/// returned.
+fn parse(bytes: &[u8], file: &str) -> Result<Vec<Parsed>> {
+    let tensors = SafeTensors::deserialize(bytes).map_err(|e| error(file, e.to_string()))?;
+    let mut parsed = tensors
+        .iter()
+        .map(|(name, view)| {
+            let values =
+                values(&view).map_err(|problem| error(file, format!("`{name}`: {problem}")))?;
+            Ok(Parsed {
+                name: name.to_owned(),
+                values,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    parsed.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(parsed)
+}
+
+fn values(view: &TensorView<'_>) -> std::result::Result<Values, String> {
+    Ok(match view.dtype() {
+        Dtype::F32 => Values::F32(array(view)?),
+        Dtype::F64 => Values::F64(array(view)?),
+        Dtype::I32 => Values::I32(array(view)?),
+        Dtype::I64 => Values::I64(array(view)?),
+        #[cfg(feature = "half")]
+        Dtype::F16 => Values::F16(array(view)?),
+        #[cfg(feature = "half")]
+        Dtype::BF16 => Values::BF16(array(view)?),
+        other => return Err(format!("dtype {other:?} has no mvtensor element type")),
+    })
+}
+
+/// The tensor's bytes as an array of `A` (little-endian, in standard order).
+fn array<A: Element>(view: &TensorView<'_>) -> std::result::Result<ArrayD<A>, String> {
+    let size = std::mem::size_of::<A>();
+    let data = view.data();
+    if data.len() % size != 0 {
+        return Err(format!(
+            "{} bytes is not a whole number of {size}-byte elements",
+            data.len()
+        ));
+    }
+    let values = data.chunks_exact(size).map(A::from_le_slice).collect();
+    ArrayD::from_shape_vec(IxDyn(view.shape()), values).map_err(|e| e.to_string())
+}
+
+fn error(file: &str, problem: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        file: file.to_owned(),
+        problem: problem.into(),
+    }
+}

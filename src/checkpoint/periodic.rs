@@ -1,0 +1,160 @@
+//! Checkpointing a trainer as it goes: numbered files in a directory, the last few kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use super::checkpoint_error;
+use crate::error::Result;
+use crate::Store;
+
+/// A directory of numbered checkpoints (`checkpoint-<timestamp>.safetensors`), of which the
+/// newest `keep` are kept. Call [`save`](Self::save) every N steps, or let
+/// [`every`](Self::every) save from a background thread every so often.
+///
+/// ```
+/// use std::sync::Arc;
+/// use mvtensor::{checkpoint::Checkpoints, Store};
+/// use ndarray::Array1;
+///
+/// let dir = std::env::temp_dir().join(format!("mvtensor-ckpt-doc-{}", std::process::id()));
+/// let store = Arc::new(Store::new());
+/// let w = store.variable("w", Array1::<f32>::zeros(4))?;
+/// let checkpoints = Checkpoints::new(&dir, 2)?;
+/// for step in 1..=30 {
+///     w.assign_add(&Array1::ones(4))?;
+///     if step % 10 == 0 {
+///         checkpoints.save(&store)?; // the 3rd save removes the 1st file
+///     }
+/// }
+/// let files = checkpoints.list()?;
+/// assert_eq!(files.len(), 2);
+/// let last = Store::load(files.last().unwrap())?;
+/// assert_eq!(last.get::<f32, ndarray::Ix1>("w")?.read()[0], 30.0);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    dir: PathBuf,
+    keep: usize,
+}
+
+const PREFIX: &str = "checkpoint-";
+const SUFFIX: &str = ".safetensors";
+
+impl Checkpoints {
+    /// Checkpoints in `dir` (created if need be), keeping the newest `keep` (at least one).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be created.
+    pub fn new(dir: impl AsRef<Path>, keep: usize) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| checkpoint_error(&dir, e.to_string()))?;
+        Ok(Self {
+            dir,
+            keep: keep.max(1),
+        })
+    }
+
+    /// Saves a snapshot of `store` as the next file, then removes all but the newest
+    /// `keep`. Returns the new file's path. Writers of the store are never blocked.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file that could not be
+    /// written or removed.
+    pub fn save(&self, store: &Store) -> Result<PathBuf> {
+        let snapshot = store.snapshot();
+        // The timestamp orders the files: every snapshot ticks the clock.
+        let path = self
+            .dir
+            .join(format!("{PREFIX}{:020}{SUFFIX}", snapshot.timestamp()));
+        snapshot.save(&path)?;
+        let files = self.list()?;
+        for old in &files[..files.len().saturating_sub(self.keep)] {
+            std::fs::remove_file(old).map_err(|e| checkpoint_error(old, e.to_string()))?;
+        }
+        Ok(path)
+    }
+
+    /// The checkpoint files in the directory, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be read.
+    pub fn list(&self) -> Result<Vec<PathBuf>> {
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(|e| checkpoint_error(&self.dir, e.to_string()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
+            })
+            .collect();
+        files.sort(); // zero-padded timestamps sort as numbers
+        Ok(files)
+    }
+
+    /// Saves `store` every `interval` from a background thread until the returned handle is
+    /// stopped or dropped. Saving never blocks the store's writers.
+    pub fn every(self, store: Arc<Store>, interval: Duration) -> Periodic {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("mvtensor-checkpoints".into())
+            .spawn(move || {
+                let mut saved = 0;
+                // Waits for the interval or for `stop` (a message, or the sender dropped).
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                    self.save(&store)?;
+                    saved += 1;
+                }
+                Ok(saved)
+            })
+            .expect("spawning the checkpoint thread");
+        Periodic {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+/// The background checkpointer of [`Checkpoints::every`]. Dropping it stops it (and waits
+/// for a save in progress); [`stop`](Self::stop) also reports how it went.
+#[derive(Debug)]
+pub struct Periodic {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<Result<usize>>>,
+}
+
+impl Periodic {
+    /// Stops the checkpointer: returns how many checkpoints it saved, or the error that
+    /// stopped it early.
+    ///
+    /// # Errors
+    /// The [`Error::Checkpoint`](crate::Error::Checkpoint) of the save that failed.
+    pub fn stop(mut self) -> Result<usize> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<usize> {
+        drop(self.stop.take());
+        match self.thread.take() {
+            Some(thread) => match thread.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for Periodic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.finish(); // `stop` is how to see the outcome
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! Issue 12: checkpoints. A store snapshot written as one safetensors file while writers
+//! run, read back into a new store, restored into a running one in one commit; bad files
+//! are typed errors that apply nothing.
+
+use std::path::Path;
+
+use mvtensor::checkpoint::{Missing, Restore};
+use mvtensor::{read_all, CriticalSection, DType, Error, Store};
+use ndarray::{arr0, Array1, Array2, ArrayD, Ix0, Ix1, Ix2, IxDyn};
+use safetensors::tensor::{Dtype, View};
+use safetensors::SafeTensors;
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a scratch directory")
+}
+
+fn is_checkpoint_error(err: &Error, file: &Path) -> bool {
+    matches!(err, Error::Checkpoint { file: f, .. } if f == &file.display().to_string())
+}
+
+#[test]
+fn every_dtype_round_trips_with_its_shape_and_metadata() {
+    let dir = scratch();
+    let path = dir.path().join("all.safetensors");
+    let store = Store::new();
+    let w = store
+        .variable(
+            "w",
+            Array2::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32 - 2.5),
+        )
+        .unwrap();
+    store
+        .variable("f64", Array1::from(vec![1e300, -0.0, f64::MIN_POSITIVE]))
+        .unwrap();
+    store.variable("i32", arr0(i32::MIN)).unwrap();
+    store
+        .variable("i64", Array1::from(vec![i64::MAX, 7]))
+        .unwrap();
+    store
+        .variable(
+            "f16",
+            Array1::from(vec![half::f16::from_f32(0.5), half::f16::MAX]),
+        )
+        .unwrap();
+    store
+        .variable("bf16", Array1::from(vec![half::bf16::from_f32(-3.0)]))
+        .unwrap();
+    w.assign_add(&Array2::ones((2, 3))).unwrap();
+    let timestamp = store.save(&path).unwrap();
+
+    let loaded = Store::load(&path).unwrap();
+    assert_eq!(*loaded.get::<f32, Ix2>("w").unwrap().read(), *w.read());
+    assert_eq!(
+        loaded.get::<f64, Ix1>("f64").unwrap().read().to_vec(),
+        vec![1e300, -0.0, f64::MIN_POSITIVE]
+    );
+    assert_eq!(loaded.get::<i32, Ix0>("i32").unwrap().get(), i32::MIN);
+    assert_eq!(
+        loaded.get::<i64, Ix1>("i64").unwrap().read().to_vec(),
+        vec![i64::MAX, 7]
+    );
+    assert_eq!(
+        loaded.get::<half::f16, Ix1>("f16").unwrap().read()[1],
+        half::f16::MAX
+    );
+    assert_eq!(
+        loaded.get::<half::bf16, Ix1>("bf16").unwrap().read()[0],
+        half::bf16::from_f32(-3.0)
+    );
+    let names: Vec<_> = loaded
+        .list()
+        .into_iter()
+        .map(|i| (i.name, i.dtype))
+        .collect();
+    assert_eq!(names.len(), 6);
+    assert!(names.contains(&("bf16".to_owned(), DType::BF16)));
+
+    // Plain safetensors, with mvtensor's metadata in the header.
+    let bytes = std::fs::read(&path).unwrap();
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().as_ref().expect("__metadata__");
+    assert_eq!(meta["mvtensor.timestamp"], timestamp.to_string());
+    assert_eq!(meta["mvtensor.version.w"], "1");
+    assert_eq!(meta["mvtensor.version.i32"], "0");
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(file.tensor("w").unwrap().dtype(), Dtype::F32);
+    assert_eq!(file.tensor("w").unwrap().shape(), &[2, 3]);
+    assert_eq!(file.tensor("i32").unwrap().shape(), &[] as &[usize]);
+}
+
+#[test]
+fn a_checkpoint_saved_while_writers_run_is_a_consistent_cut() {
+    let (saves, threads) = if cfg!(miri) { (2, 1) } else { (25, 2) };
+    let dir = scratch();
+    let store = Store::new();
+    let a = store
+        .variable("a", Array1::<i64>::from_elem(256, 1_000_000))
+        .unwrap();
+    let b = store.variable("b", Array1::<i64>::zeros(256)).unwrap();
+    let transfer = CriticalSection::builder()
+        .resources([&a, &b])
+        .build()
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    transfer
+                        .execute(|tx| {
+                            tx.assign_sub(&a, &Array1::ones(256))?;
+                            tx.assign_add(&b, &Array1::ones(256))
+                        })
+                        .unwrap();
+                }
+            });
+        }
+        for i in 0..saves {
+            let path = dir.path().join(format!("{i}.safetensors"));
+            store.save(&path).unwrap();
+            let loaded = Store::load(&path).unwrap();
+            let (la, lb) = (
+                loaded.get::<i64, Ix1>("a").unwrap(),
+                loaded.get::<i64, Ix1>("b").unwrap(),
+            );
+            let sum = &*la.read() + &*lb.read();
+            assert!(
+                sum.iter().all(|&x| x == 1_000_000),
+                "checkpoint {i} holds half a transfer"
+            );
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+#[test]
+fn a_restore_is_one_commit() {
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    let dir = scratch();
+    let store = Store::new();
+    let x = store.variable("x", Array1::<f32>::zeros(64)).unwrap();
+    let y = store.variable("y", arr0(0i64)).unwrap();
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    x.assign(Array1::from_elem(64, 1.0)).unwrap();
+    y.set(1).unwrap();
+    store.save(&one).unwrap();
+    x.assign(Array1::from_elem(64, 2.0)).unwrap();
+    y.set(2).unwrap();
+    store.save(&two).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..rounds {
+                let file = if i % 2 == 0 { &one } else { &two };
+                assert_eq!(store.restore(file, Restore::default()).unwrap(), 2);
+            }
+        });
+        for _ in 0..rounds {
+            let snap = store.snapshot();
+            let (sx, sy) = (
+                snap.get::<f32, Ix1>("x").unwrap(),
+                snap.get::<i64, Ix0>("y").unwrap(),
+            );
+            assert!(
+                sx.iter().all(|&v| v == sy[()] as f32),
+                "a snapshot saw half a restore"
+            );
+            let (rx, ry) = read_all((&x, &y));
+            assert_eq!(rx[0], ry[()] as f32);
+        }
+    });
+}
+
+#[test]
+fn restore_options_decide_what_a_missing_name_means() {
+    let dir = scratch();
+    let path = dir.path().join("ab");
+    let source = Store::new();
+    source.variable("a", arr0(1.0f32)).unwrap();
+    source.variable("b", arr0(2.0f32)).unwrap();
+    source.save(&path).unwrap();
+
+    let store = Store::new();
+    let a = store.variable("a", arr0(0.0f32)).unwrap();
+    let c = store.variable("c", arr0(0.0f32)).unwrap();
+    // `b` is not in the store, `c` is not in the file: refused by default, nothing applied.
+    let err = store.restore(&path, Restore::default()).unwrap_err();
+    assert!(is_checkpoint_error(&err, &path), "{err}");
+    assert_eq!((a.get(), a.version()), (0.0, 0));
+    let only_store = Restore::default().missing_in_store(Missing::Skip);
+    let err = store.restore(&path, only_store).unwrap_err();
+    assert!(err.to_string().contains("no tensor `c`"), "{err}");
+    assert_eq!(store.restore(&path, Restore::lenient()).unwrap(), 1);
+    assert_eq!((a.get(), c.get()), (1.0, 0.0));
+}
+
+#[test]
+fn a_tensor_that_does_not_fit_its_variable_applies_nothing() {
+    let dir = scratch();
+    let path = dir.path().join("wide");
+    let source = Store::new();
+    source.variable("a", arr0(5.0f32)).unwrap();
+    source.variable("w", Array1::<f32>::zeros(4)).unwrap();
+    source.save(&path).unwrap();
+
+    let store = Store::new();
+    let a = store.variable("a", arr0(0.0f32)).unwrap();
+    store.variable("w", Array1::<f32>::zeros(3)).unwrap(); // another shape
+    let err = store.restore(&path, Restore::default()).unwrap_err();
+    assert!(
+        is_checkpoint_error(&err, &path) && err.to_string().contains("shape"),
+        "{err}"
+    );
+    assert_eq!(a.version(), 0, "`a` fits, but nothing is applied");
+
+    let store = Store::new();
+    store.variable("a", arr0(0i64)).unwrap(); // another dtype
+    store.variable("w", Array1::<f32>::zeros(4)).unwrap();
+    let err = store.restore(&path, Restore::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("dtype mismatch on variable `a`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_files_are_typed_errors_never_panics() {
+    let dir = scratch();
+    let good = dir.path().join("good");
+    let store = Store::new();
+    store
+        .variable("w", Array1::<f32>::from_elem(8, 1.5))
+        .unwrap();
+    store.save(&good).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("truncated header length", bytes[..5].to_vec()),
+        ("truncated data", bytes[..bytes.len() - 3].to_vec()),
+        ("header length past the end", {
+            let mut b = bytes.clone();
+            b[..8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+            b
+        }),
+        ("bad JSON", {
+            let mut b = bytes.clone();
+            b[8] = b'!';
+            b
+        }),
+    ];
+    let with_header = |json: &str, data: &[u8]| {
+        let mut b = (json.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(json.as_bytes());
+        b.extend_from_slice(data);
+        b
+    };
+    cases.push((
+        "offsets out of range",
+        with_header(
+            r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,800]}}"#,
+            &[0; 8],
+        ),
+    ));
+    cases.push((
+        "shape and bytes disagree",
+        with_header(
+            r#"{"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        ),
+    ));
+    cases.push((
+        "unknown dtype",
+        with_header(
+            r#"{"w":{"dtype":"ZZ9","shape":[2],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        ),
+    ));
+    cases.push((
+        "a dtype mvtensor lacks",
+        with_header(
+            r#"{"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        ),
+    ));
+    cases.push(("duplicate names", with_header(r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#, &[0; 8])));
+    assert!(header_len > 0);
+
+    let target = Store::new();
+    let w = target.variable("w", Array1::<f32>::zeros(8)).unwrap();
+    for (what, bad) in cases {
+        let path = dir.path().join(what.replace(' ', "_"));
+        std::fs::write(&path, &bad).unwrap();
+        let err = Store::load(&path).map(drop).unwrap_err();
+        assert!(is_checkpoint_error(&err, &path), "{what}: {err}");
+        assert!(
+            matches!(Store::load_bytes(&bad), Err(Error::Checkpoint { .. })),
+            "{what}"
+        );
+        let err = target.restore(&path, Restore::default()).unwrap_err();
+        assert!(is_checkpoint_error(&err, &path), "{what}: {err}");
+        assert_eq!(w.version(), 0, "{what}: nothing applied");
+    }
+    let missing = dir.path().join("no such file");
+    assert!(is_checkpoint_error(
+        &Store::load(&missing).map(drop).unwrap_err(),
+        &missing
+    ));
+    let nowhere = dir.path().join("no such dir").join("x");
+    assert!(is_checkpoint_error(
+        &store.save(&nowhere).map(drop).unwrap_err(),
+        &nowhere
+    ));
+}
+
+#[test]
+fn a_failed_save_leaves_the_previous_file_and_no_temporary() {
+    let dir = scratch();
+    let path = dir.path().join("keep");
+    let store = Store::new();
+    let w = store
+        .variable("w", Array1::<f32>::from_elem(4, 1.0))
+        .unwrap();
+    store.save(&path).unwrap();
+    // A directory where the temporary file's rename must land: the rename fails.
+    let blocked = dir.path().join("blocked");
+    std::fs::create_dir(&blocked).unwrap();
+    std::fs::write(blocked.join("inside"), b"x").unwrap();
+    w.assign_add(&Array1::ones(4)).unwrap();
+    assert!(store.save(&blocked).is_err());
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "no temporary file left behind: {names:?}");
+    assert_eq!(
+        Store::load(&path)
+            .unwrap()
+            .get::<f32, IxDyn>("w")
+            .unwrap()
+            .read()[[0]],
+        1.0
+    );
+    // A file another tool wrote, with a dtype and metadata of its own, loads as well.
+    let plain = dir.path().join("plain");
+    let data = ArrayD::<f64>::from_elem(IxDyn(&[2, 2]), 0.25);
+    let view = Plain(
+        data.as_slice()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    );
+    safetensors::serialize_to_file([("m", view)], None, &plain).unwrap();
+    assert_eq!(
+        *Store::load(&plain)
+            .unwrap()
+            .get::<f64, IxDyn>("m")
+            .unwrap()
+            .read(),
+        data
+    );
+}
+
+struct Plain(Vec<u8>);
+
+impl View for Plain {
+    fn dtype(&self) -> Dtype {
+        Dtype::F64
+    }
+    fn shape(&self) -> &[usize] {
+        &[2, 2]
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        (&self.0[..]).into()
+    }
+    fn data_len(&self) -> usize {
+        self.0.len()
+    }
+}
