@@ -75,6 +75,9 @@
 //!   optimizer step over parameters and moments), checked like a `RefCell`.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
 //!   the commit order, never half an execution, and never waits for a writer.
+//! * **Checkpoints while training.** [`Store::save`] writes a consistent snapshot as one
+//!   safetensors file, crash-safe, without blocking a writer; [`Store::restore`] sets every
+//!   variable of a file in one commit ([`checkpoint`]).
 //! * **Typed errors.** Wrong shape (never broadcast), wrong dtype, unknown or duplicate
 //!   name, stale version, conflicting claim, re-entrant call: each is an [`Error`] naming
 //!   the variable (or section) and what did not fit. An operation that fails has applied

@@ -11,6 +11,7 @@
 //! includer uses only part of it.
 #![allow(dead_code)]
 
+pub mod checkpoints;
 pub mod costs;
 pub mod optimizer;
 pub mod sections;

@@ -26,6 +26,7 @@ impl Report<'_> {
             self.goal_write_small(),
             self.goal_section(),
             self.goal_optimizer(),
+            self.goal_checkpoints(),
             self.goal_memory(),
         ]
     }

@@ -14,6 +14,7 @@
 #[path = "../../benches/harness/mod.rs"]
 mod harness;
 
+mod checkpoints;
 mod cli;
 mod costs;
 mod environment;

@@ -72,6 +72,7 @@ impl Report<'_> {
         self.section_section(&mut s);
         self.memory_section(&mut s);
         self.optimizer_section(&mut s);
+        self.checkpoint_section(&mut s);
         self.where_we_lose(&mut s, &goals);
         self.method(&mut s);
         s

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::checkpoints::CheckpointCells;
+use crate::harness::checkpoints::{self, CheckpointVariant};
 use crate::harness::costs::{self, CostPlan, Costs};
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
@@ -27,6 +29,8 @@ pub(crate) struct Plan {
     pub(crate) bandwidth: Duration,
     /// The cost-per-operation table (a few seconds at scale 1).
     pub(crate) costs: CostPlan,
+    /// One run of the checkpoint workload (each variant twice: without and with).
+    pub(crate) checkpoint: Duration,
 }
 
 impl Plan {
@@ -41,6 +45,7 @@ impl Plan {
             memory: ms(1500.0),
             bandwidth: ms(250.0),
             costs: CostPlan { rounds: 11, scale },
+            checkpoint: ms(2000.0),
         }
     }
 }
@@ -73,6 +78,8 @@ pub(crate) struct Results {
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
     /// CPU ns per operation beside the same run's floor.
     pub(crate) costs: Costs,
+    /// Trainer step latency without and with a checkpointer, by variant.
+    pub(crate) checkpoints: HashMap<CheckpointVariant, CheckpointCells>,
 }
 
 fn progress(started: Instant, what: &str) {
@@ -191,6 +198,17 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         }
     }
 
+    progress(started, "checkpoints while training");
+    let dir = std::env::temp_dir().join(format!("mvtensor-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let mut checkpoints = HashMap::new();
+    for v in CheckpointVariant::ALL {
+        let without = checkpoints::run(v, false, plan.checkpoint, &dir);
+        let with = checkpoints::run(v, true, plan.checkpoint, &dir);
+        checkpoints.insert(v, CheckpointCells { without, with });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
     for n in SIZES {
@@ -210,6 +228,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         optimizer,
         memory,
         costs,
+        checkpoints,
     }
 }
 
