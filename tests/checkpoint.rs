@@ -18,7 +18,38 @@ fn is_checkpoint_error(err: &Error, file: &Path) -> bool {
     matches!(err, Error::Checkpoint { file: f, .. } if f == &file.display().to_string())
 }
 
+/// In memory, so that it also runs under miri (the tests that touch files do not).
 #[test]
+fn a_snapshot_round_trips_through_bytes() {
+    let store = Store::new();
+    let w = store
+        .variable(
+            "w",
+            Array2::from_shape_fn((3, 2), |(i, j)| i as f32 - j as f32 / 4.0),
+        )
+        .unwrap();
+    store
+        .variable("h", Array1::from(vec![half::f16::from_f32(-1.5)]))
+        .unwrap();
+    store.variable("n", arr0(-9i64)).unwrap();
+    w.assign_add(&Array2::ones((3, 2))).unwrap();
+    let bytes = store.snapshot().to_bytes().unwrap();
+    let back = Store::load_bytes(&bytes).unwrap();
+    assert_eq!(*back.get::<f32, Ix2>("w").unwrap().read(), *w.read());
+    assert_eq!(
+        back.get::<half::f16, Ix1>("h").unwrap().read()[0],
+        half::f16::from_f32(-1.5)
+    );
+    assert_eq!(back.get::<i64, Ix0>("n").unwrap().get(), -9);
+    let mut cut = bytes.clone();
+    cut.truncate(bytes.len() - 1);
+    assert!(
+        matches!(Store::load_bytes(&cut), Err(Error::Checkpoint { file, .. }) if file == "<bytes>")
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn every_dtype_round_trips_with_its_shape_and_metadata() {
     let dir = scratch();
     let path = dir.path().join("all.safetensors");
@@ -89,6 +120,7 @@ fn every_dtype_round_trips_with_its_shape_and_metadata() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_checkpoint_saved_while_writers_run_is_a_consistent_cut() {
     let (saves, threads) = if cfg!(miri) { (2, 1) } else { (25, 2) };
     let dir = scratch();
@@ -134,6 +166,7 @@ fn a_checkpoint_saved_while_writers_run_is_a_consistent_cut() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_restore_is_one_commit() {
     let rounds = if cfg!(miri) { 3 } else { 200 };
     let dir = scratch();
@@ -171,6 +204,7 @@ fn a_restore_is_one_commit() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn restore_options_decide_what_a_missing_name_means() {
     let dir = scratch();
     let path = dir.path().join("ab");
@@ -194,6 +228,7 @@ fn restore_options_decide_what_a_missing_name_means() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_tensor_that_does_not_fit_its_variable_applies_nothing() {
     let dir = scratch();
     let path = dir.path().join("wide");
@@ -223,6 +258,7 @@ fn a_tensor_that_does_not_fit_its_variable_applies_nothing() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn bad_files_are_typed_errors_never_panics() {
     let dir = scratch();
     let good = dir.path().join("good");
@@ -314,6 +350,7 @@ fn bad_files_are_typed_errors_never_panics() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_failed_save_leaves_the_previous_file_and_no_temporary() {
     let dir = scratch();
     let path = dir.path().join("keep");

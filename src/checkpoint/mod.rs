@@ -77,6 +77,29 @@ impl StoreSnapshot {
     /// `path`, if any, is then intact.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
+        let (tensors, metadata) = self.tensors();
+        file::write_atomically(path, |tmp| {
+            safetensors::serialize_to_file(tensors, Some(metadata), tmp).map_err(|e| e.to_string())
+        })
+        .map_err(|problem| checkpoint_error(path, problem))
+    }
+
+    /// This snapshot as the bytes of a safetensors file (what [`save`](Self::save) writes),
+    /// to send elsewhere or keep in memory; [`Store::load_bytes`] reads them back.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] (file `<bytes>`) if safetensors refuses the header (over its
+    /// 100 MB limit: hundreds of thousands of variables).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let (tensors, metadata) = self.tensors();
+        safetensors::serialize(tensors, Some(metadata)).map_err(|e| Error::Checkpoint {
+            file: "<bytes>".into(),
+            problem: e.to_string(),
+        })
+    }
+
+    /// Every variable as a tensor to write, and the file's metadata.
+    fn tensors(&self) -> (Vec<(String, Tensor<'_>)>, HashMap<String, String>) {
         let mut metadata = HashMap::new();
         metadata.insert(TIMESTAMP.to_owned(), self.timestamp().to_string());
         let tensors = self
@@ -91,11 +114,8 @@ impl StoreSnapshot {
                 };
                 (name.to_string(), tensor)
             })
-            .collect::<Vec<_>>();
-        file::write_atomically(path, |tmp| {
-            safetensors::serialize_to_file(tensors, Some(metadata), tmp).map_err(|e| e.to_string())
-        })
-        .map_err(|problem| checkpoint_error(path, problem))
+            .collect();
+        (tensors, metadata)
     }
 }
 
