@@ -73,6 +73,8 @@ impl<A: Copy + 'static> Combiner<A> {
             // SAFETY: as for `shape`.
             data: unsafe { &*std::ptr::from_ref(delta.data) },
             op: delta.op,
+            // SAFETY: as for `shape`.
+            rows: delta.rows.map(|rows| unsafe { &*std::ptr::from_ref(rows) }),
         });
         // SAFETY: every writer of this variable passes the variable itself as `publish`
         // (`Variable::apply_delta`), and the erased borrow outlives the call.

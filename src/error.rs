@@ -64,6 +64,18 @@ pub enum Error {
         found: Option<usize>,
     },
 
+    /// A row index (`scatter_add`, `scatter_update`, `gather`) past the variable's first
+    /// axis.
+    #[error("index out of range on variable `{variable}`: row {index}, but it has {bound} rows")]
+    IndexOutOfRange {
+        /// The variable.
+        variable: String,
+        /// The first index out of range.
+        index: usize,
+        /// The number of rows (the length of the first axis).
+        bound: usize,
+    },
+
     /// No variable of that name exists.
     #[error("no variable named `{name}`")]
     NotFound {
@@ -184,6 +196,51 @@ pub(crate) fn check_shape(variable: &str, expected: &[usize], found: &[usize]) -
             expected: expected.to_vec(),
             found: found.to_vec(),
         })
+    }
+}
+
+/// Checks a row delta (`rows` of shape `[indices.len(), ..]`) against a value of `shape`:
+/// the rows' other axes are the value's, and every index is below its first axis.
+pub(crate) fn check_rows(
+    variable: &str,
+    shape: &[usize],
+    indices: &[usize],
+    rows: &[usize],
+) -> Result<()> {
+    check_has_rows(variable, shape)?;
+    let mut expected = vec![indices.len()];
+    expected.extend_from_slice(&shape[1..]);
+    if !same_shape(&expected, rows) {
+        return Err(Error::ShapeMismatch {
+            variable: variable.to_owned(),
+            expected,
+            found: rows.to_vec(),
+        });
+    }
+    check_indices(variable, shape[0], indices)
+}
+
+/// A value of `shape` has rows (a first axis): row operations on a 0-d variable are refused.
+pub(crate) fn check_has_rows(variable: &str, shape: &[usize]) -> Result<()> {
+    if shape.is_empty() {
+        return Err(Error::RankMismatch {
+            variable: variable.to_owned(),
+            expected: Some(0),
+            found: Some(1),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that every row index is below `bound`.
+pub(crate) fn check_indices(variable: &str, bound: usize, indices: &[usize]) -> Result<()> {
+    match indices.iter().find(|&&i| i >= bound) {
+        Some(&index) => Err(Error::IndexOutOfRange {
+            variable: variable.to_owned(),
+            index,
+            bound,
+        }),
+        None => Ok(()),
     }
 }
 

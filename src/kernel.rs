@@ -1,5 +1,6 @@
 //! The dense pass behind `assign_add`/`assign_sub`/`scaled_add`: `base ± d1 + a2 * d2 ...` in
-//! one sweep.
+//! one sweep; and row deltas (`scatter_add`, `scatter_update`), applied after the copy to the
+//! rows they name.
 //!
 //! Memory bandwidth is the limit for dense updates, so the pass reads the base and each
 //! delta once and writes the result once, chunk by chunk (a chunk stays in L1 while every
@@ -18,22 +19,56 @@ use smallvec::SmallVec;
 
 use crate::Element;
 
-/// How a delta is applied: added, subtracted, or added times a factor (`scaled_add`).
+/// How a delta is applied: added, subtracted, added times a factor (`scaled_add`), or
+/// written over what is there (`scatter_update`, row deltas only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op<A> {
     Add,
     Sub,
     Scaled(A),
+    Assign,
 }
 
 /// One delta of a pass: its shape (checked against the variable's by the caller) and its
 /// elements in standard (row-major) order. No `IxDyn` is built for it, whatever array the
 /// caller passed.
+///
+/// A *row delta* (`rows: Some(indices)`) holds one row per index (`shape` is
+/// `[indices.len(), ..the variable's other axes]`, checked by the caller, every index in
+/// range) and changes only those rows; a repeated index is applied once per occurrence, in
+/// order.
 #[derive(Debug)]
 pub(crate) struct Delta<'a, A> {
     pub(crate) shape: &'a [usize],
     pub(crate) data: &'a [A],
     pub(crate) op: Op<A>,
+    pub(crate) rows: Option<&'a [usize]>,
+}
+
+impl<'a, A> Delta<'a, A> {
+    /// A delta of the whole tensor.
+    pub(crate) fn dense(shape: &'a [usize], data: &'a [A], op: Op<A>) -> Self {
+        Self {
+            shape,
+            data,
+            op,
+            rows: None,
+        }
+    }
+
+    /// Whether the delta covers the whole tensor.
+    pub(crate) fn is_dense(&self) -> bool {
+        self.rows.is_none()
+    }
+
+    /// Checks the delta against a value of `shape` of `variable`: the same shape, or for a
+    /// row delta rows that fit and indices in range.
+    pub(crate) fn check(&self, variable: &str, shape: &[usize]) -> crate::Result<()> {
+        match self.rows {
+            None => crate::error::check_shape(variable, shape, self.shape),
+            Some(rows) => crate::error::check_rows(variable, shape, rows, self.shape),
+        }
+    }
 }
 
 /// The elements of `x` in standard order: borrowed when it is laid out so (nearly always),
@@ -59,10 +94,18 @@ const CHUNK: usize = 4096;
 /// Writes `base ⊕ deltas` into `out`, which has the same shape (a pooled version's buffer:
 /// no allocation). Versions are always in standard layout, so all are plain slices.
 pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: &mut ArrayD<A>) {
-    debug_assert!(deltas.iter().all(|d| d.shape == base.shape()));
+    debug_assert!(deltas
+        .iter()
+        .all(|d| !d.is_dense() || d.shape == base.shape()));
     debug_assert_eq!(out.shape(), base.shape());
     let base = base.as_slice().expect("versions are in standard layout");
     let out = out.as_slice_mut().expect("versions are in standard layout");
+    // Row deltas in the batch: copy, then every delta in arrival order, in place.
+    if !deltas.iter().all(Delta::is_dense) {
+        out.copy_from_slice(base);
+        deltas.iter().for_each(|d| apply_slice(out, d));
+        return;
+    }
     // One delta (an uncontended write): one sweep, no chunking.
     if let [delta] = deltas {
         zip_into(out, base, delta.data, delta.op);
@@ -102,6 +145,7 @@ fn accumulate<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
         Op::Add => each_into(out, delta, A::add),
         Op::Sub => each_into(out, delta, A::sub),
         Op::Scaled(alpha) => each_into(out, delta, |o, d| A::add(o, A::mul(alpha, d))),
+        Op::Assign => out.copy_from_slice(delta),
     }
 }
 
@@ -118,6 +162,7 @@ fn zip_into<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
         Op::Add => zip_with(out, a, b, A::add),
         Op::Sub => zip_with(out, a, b, A::sub),
         Op::Scaled(alpha) => zip_with(out, a, b, |x, y| A::add(x, A::mul(alpha, y))),
+        Op::Assign => out.copy_from_slice(b),
     }
 }
 
@@ -128,14 +173,28 @@ fn zip_with<A: Copy>(out: &mut [A], a: &[A], b: &[A], f: impl Fn(A, A) -> A) {
     }
 }
 
-/// `out = out ⊕ delta`, in place (a transaction's working copy, in standard layout). Same
-/// shapes.
+/// `out = out ⊕ delta`, in place (a transaction's working copy, in standard layout).
 pub(crate) fn apply_in_place<A: Element>(out: &mut ArrayD<A>, delta: Delta<'_, A>) {
-    debug_assert_eq!(out.shape(), delta.shape);
+    debug_assert!(!delta.is_dense() || out.shape() == delta.shape);
     let out = out
         .as_slice_mut()
         .expect("working copies are in standard layout");
-    accumulate(out, delta.data, delta.op);
+    apply_slice(out, &delta);
+}
+
+/// `out = out ⊕ delta`: the whole slice, or the delta's rows.
+fn apply_slice<A: Element>(out: &mut [A], delta: &Delta<'_, A>) {
+    let Some(rows) = delta.rows else {
+        accumulate(out, delta.data, delta.op);
+        return;
+    };
+    let width = delta.shape[1..].iter().product::<usize>();
+    if width == 0 {
+        return;
+    }
+    for (&row, values) in rows.iter().zip(delta.data.chunks_exact(width)) {
+        accumulate(&mut out[row * width..(row + 1) * width], values, delta.op);
+    }
 }
 
 /// `out = from`, element by element (same shapes; `out` is a version, in standard layout;
@@ -164,7 +223,40 @@ mod tests {
     use ndarray::{IxDyn, ShapeBuilder};
 
     fn delta<'a, A: Element>(data: &'a [A], shape: &'a [usize], op: Op<A>) -> Delta<'a, A> {
-        Delta { shape, data, op }
+        Delta {
+            shape,
+            data,
+            op,
+            rows: None,
+        }
+    }
+
+    #[test]
+    fn row_deltas_apply_in_arrival_order_with_dense_ones() {
+        let base = ArrayD::from_shape_fn(IxDyn(&[4, 2]), |i| (i[0] * 10 + i[1]) as i64);
+        let mut out = ArrayD::default(base.raw_dim());
+        let dense = [1i64; 8];
+        let rows = [100i64, 200, 300, 400, 7, 7];
+        let twice = [1usize, 1, 3];
+        let (row_shape, dense_shape) = ([3usize, 2], [4usize, 2]);
+        apply(
+            &base,
+            &[
+                Delta {
+                    rows: Some(&twice),
+                    ..delta(&rows, &row_shape, Op::Add)
+                },
+                delta(&dense, &dense_shape, Op::Add),
+                Delta {
+                    rows: Some(&[0]),
+                    ..delta(&[-5, -6], &[1, 2], Op::Assign)
+                },
+            ],
+            &mut out,
+        );
+        // Row 1 gets both of its rows, row 3 its one, then every row +1, then row 0 is set.
+        let expected = [-5, -6, 411, 612, 21, 22, 38, 39];
+        assert_eq!(out.as_slice().unwrap(), &expected);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 mod batch;
 mod claims;
+mod guards;
 mod slot;
 mod txn;
 
@@ -30,7 +31,8 @@ use slot::{AnySlot, Slot};
 use smallvec::{smallvec, SmallVec};
 
 pub(crate) use claims::Claims;
-pub use txn::{Txn, TxnMut, TxnRef};
+pub use guards::{TxnMut, TxnRef};
+pub use txn::Txn;
 
 use crate::error::Error;
 use crate::limbo::reclaim_now;

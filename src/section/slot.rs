@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
-use crate::error::{check_shape, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernel::{self, Delta};
 use crate::record::{CommitRecord, Record};
 use crate::sync::epoch;
@@ -132,7 +132,7 @@ impl<A: Element> Slot<A> {
         let state = unsafe { self.state() };
         state.load(&self.variable, guard);
         if let Init::Delta(delta) = init {
-            check_shape(self.variable.name(), state.current().shape(), delta.shape)?;
+            delta.check(self.variable.name(), state.current().shape())?;
         }
         if state.checkpoint.is_none() {
             // The execution's first write: fill a pooled version from what it sees, and keep

@@ -3,13 +3,13 @@
 use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use ndarray::{Array, ArrayD, ArrayRef, ArrayViewMut, Dimension, IxDyn};
+use ndarray::{Array, ArrayRef, Dimension};
 use smallvec::SmallVec;
 
-use super::slot::{AnySlot, Borrow, Init, Slot};
+use super::guards::{RefInner, TxnMut, TxnRef};
+use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
 use crate::dim::{self, Shown};
 use crate::error::{same_shape, Error, Result};
@@ -78,29 +78,6 @@ pub struct Txn<'s> {
 
 /// A variable outside the resource set: its id, and the `VersionRef<A>` first read.
 type Seen = (u64, Box<dyn Any>);
-
-/// A shared borrow of a variable's value inside an execution: the execution's own working
-/// copy, or the committed value. Derefs to the array (`&ArrayRef<A, D>`).
-#[must_use]
-pub struct TxnRef<'t, A: Element, D: Dimension = IxDyn> {
-    // Declared first: it borrows what `inner` keeps alive.
-    shown: Shown<A, D>,
-    inner: RefInner<'t, A>,
-}
-
-enum RefInner<'t, A: Element> {
-    Resource(&'t ArrayD<A>, #[allow(dead_code)] Borrow<'t>),
-    Outside(VersionRef<A>),
-}
-
-/// The mutable borrow of a resource's working copy inside an execution. Derefs to an
-/// [`ArrayViewMut`] of the handle's dimension, so every in-place ndarray operation works on
-/// it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`); the shape cannot change.
-#[must_use]
-pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
-    view: ArrayViewMut<'t, A, D>,
-    _borrow: Borrow<'t>,
-}
 
 impl<'s> Txn<'s> {
     pub(super) fn new(
@@ -215,6 +192,35 @@ impl<'s> Txn<'s> {
         self.add(variable.erased(), x, Op::Scaled(alpha))
     }
 
+    /// Adds `rows[i]` to row `indices[i]` of the working copy (see
+    /// [`Variable::scatter_add`]).
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::IndexOutOfRange`], [`Error::ShapeMismatch`] or
+    /// [`Error::RankMismatch`] as for [`Variable::scatter_add`]; [`Error::Borrowed`].
+    pub fn scatter_add<A: Element, D: Dimension, E: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.scatter(variable.erased(), indices, rows, Op::Add)
+    }
+
+    /// Sets row `indices[i]` of the working copy to `rows[i]` (see
+    /// [`Variable::scatter_update`]).
+    ///
+    /// # Errors
+    /// As for [`scatter_add`](Self::scatter_add).
+    pub fn scatter_update<A: Element, D: Dimension, E: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.scatter(variable.erased(), indices, rows, Op::Assign)
+    }
+
     /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
     ///
     /// # Errors
@@ -237,10 +243,24 @@ impl<'s> Txn<'s> {
     ) -> Result<()> {
         let slot = self.slot(variable)?;
         let data = standard_elements(delta);
+        let init = Init::Delta(Delta::dense(delta.shape(), &data, op));
+        slot.write(self.section, init, &self.guard).map(drop)
+    }
+
+    fn scatter<A: Element, E: Dimension>(
+        &self,
+        variable: &Variable<A>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+        op: Op<A>,
+    ) -> Result<()> {
+        let slot = self.slot(variable)?;
+        let data = standard_elements(rows);
         let init = Init::Delta(Delta {
-            shape: delta.shape(),
+            shape: rows.shape(),
             data: &data,
             op,
+            rows: Some(indices),
         });
         slot.write(self.section, init, &self.guard).map(drop)
     }
@@ -343,46 +363,5 @@ impl fmt::Debug for Txn<'_> {
                 &self.resources.iter().map(|r| r.name()).collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
-    }
-}
-
-impl<A: Element> RefInner<'_, A> {
-    fn data(&self) -> &ArrayD<A> {
-        match self {
-            RefInner::Resource(data, _) => data,
-            RefInner::Outside(version) => &version.data,
-        }
-    }
-}
-
-impl<A: Element, D: Dimension> Deref for TxnRef<'_, A, D> {
-    type Target = ArrayRef<A, D>;
-    fn deref(&self) -> &ArrayRef<A, D> {
-        self.shown.get(self.inner.data())
-    }
-}
-
-impl<'t, A: Element, D: Dimension> Deref for TxnMut<'t, A, D> {
-    type Target = ArrayViewMut<'t, A, D>;
-    fn deref(&self) -> &ArrayViewMut<'t, A, D> {
-        &self.view
-    }
-}
-
-impl<'t, A: Element, D: Dimension> DerefMut for TxnMut<'t, A, D> {
-    fn deref_mut(&mut self) -> &mut ArrayViewMut<'t, A, D> {
-        &mut self.view
-    }
-}
-
-impl<A: Element, D: Dimension> fmt::Debug for TxnRef<'_, A, D> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.inner.data(), f)
-    }
-}
-
-impl<A: Element, D: Dimension> fmt::Debug for TxnMut<'_, A, D> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.view, f)
     }
 }

@@ -1,6 +1,7 @@
-//! [`Variable`]: a shared, versioned tensor. Writes are in [`write`], the scalar API in
-//! [`scalar`].
+//! [`Variable`]: a shared, versioned tensor. Writes are in [`write`], row operations in
+//! [`rows`], the scalar API in [`scalar`].
 
+mod rows;
 mod scalar;
 mod write;
 

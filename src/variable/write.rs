@@ -11,7 +11,7 @@ use ndarray::{Array, ArrayRef, Dimension};
 
 use crate::combine::Publish;
 use crate::dim;
-use crate::error::{check_shape, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernel::{self, standard_elements, Delta, Op};
 use crate::limbo::reclaim_now;
 use crate::running::{self, Inside, Running};
@@ -49,8 +49,11 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// # Errors
     /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
     pub fn assign_add<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
-        self.erased()
-            .apply_delta(delta.shape(), &standard_elements(delta), Op::Add)
+        self.erased().apply_delta(Delta::dense(
+            delta.shape(),
+            &standard_elements(delta),
+            Op::Add,
+        ))
     }
 
     /// Subtracts `delta` elementwise. Returns the number of a version that includes it.
@@ -58,8 +61,11 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// # Errors
     /// [`Error::ShapeMismatch`] if `delta` does not have exactly the variable's shape.
     pub fn assign_sub<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
-        self.erased()
-            .apply_delta(delta.shape(), &standard_elements(delta), Op::Sub)
+        self.erased().apply_delta(Delta::dense(
+            delta.shape(),
+            &standard_elements(delta),
+            Op::Sub,
+        ))
     }
 
     /// `value += alpha * x` elementwise (ndarray's `scaled_add`, same argument order): an
@@ -71,8 +77,11 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// # Errors
     /// [`Error::ShapeMismatch`] if `x` does not have exactly the variable's shape.
     pub fn scaled_add<E: Dimension>(&self, alpha: A, x: &ArrayRef<A, E>) -> Result<u64> {
-        self.erased()
-            .apply_delta(x.shape(), &standard_elements(x), Op::Scaled(alpha))
+        self.erased().apply_delta(Delta::dense(
+            x.shape(),
+            &standard_elements(x),
+            Op::Scaled(alpha),
+        ))
     }
 
     /// Replaces the value with `f(current)`, read-copy-update style. Returns the new version.
@@ -155,15 +164,14 @@ impl<A: Element, D: Dimension> Variable<A, D> {
 
 /// The write path proper, on the dynamic-dimensional handle.
 impl<A: Element> Variable<A> {
-    /// A delta of `shape` whose elements are `data`, in standard order.
-    fn apply_delta(&self, shape: &[usize], data: &[A], op: Op<A>) -> Result<u64> {
-        let delta = Delta { shape, data, op };
+    /// Applies a delta (dense or rows), combined with concurrent ones.
+    pub(super) fn apply_delta(&self, delta: Delta<'_, A>) -> Result<u64> {
         // A dynamic shape is checked against the version the pass builds on, one delta at a
         // time; and a thread inside an execution must not wait for another's queue ticket.
         if self.inner.dynamic_shape || running::inside() {
             return self.apply_delta_alone(delta);
         }
-        check_shape(self.name(), &self.inner.shape, shape)?;
+        delta.check(self.name(), &self.inner.shape)?;
         let combined = self.inner.combiner.submit(delta, self);
         reclaim_now(); // what this thread's passes (if it combined) replaced
         match combined {
@@ -174,7 +182,7 @@ impl<A: Element> Variable<A> {
 
     fn apply_delta_alone(&self, delta: Delta<'_, A>) -> Result<u64> {
         self.write_now(|cur, next| {
-            check_shape(self.name(), cur.data.shape(), delta.shape)?;
+            delta.check(self.name(), cur.data.shape())?;
             kernel::apply(&cur.data, &[delta], &mut next.data);
             Ok(())
         })

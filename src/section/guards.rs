@@ -1,0 +1,76 @@
+//! What a [`Txn`](super::Txn) lends: [`TxnRef`] and [`TxnMut`], checked like `RefCell`'s
+//! borrows (the count lives in the variable's slot).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use ndarray::{ArrayD, ArrayRef, ArrayViewMut, Dimension, IxDyn};
+
+use super::slot::Borrow;
+use crate::dim::Shown;
+use crate::version::VersionRef;
+use crate::Element;
+
+/// A shared borrow of a variable's value inside an execution: the execution's own working
+/// copy, or the committed value. Derefs to the array (`&ArrayRef<A, D>`).
+#[must_use]
+pub struct TxnRef<'t, A: Element, D: Dimension = IxDyn> {
+    // Declared first: it borrows what `inner` keeps alive.
+    pub(super) shown: Shown<A, D>,
+    pub(super) inner: RefInner<'t, A>,
+}
+
+pub(super) enum RefInner<'t, A: Element> {
+    Resource(&'t ArrayD<A>, #[allow(dead_code)] Borrow<'t>),
+    Outside(VersionRef<A>),
+}
+
+/// The mutable borrow of a resource's working copy inside an execution. Derefs to an
+/// [`ArrayViewMut`] of the handle's dimension, so every in-place ndarray operation works on
+/// it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`); the shape cannot change.
+#[must_use]
+pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
+    pub(super) view: ArrayViewMut<'t, A, D>,
+    pub(super) _borrow: Borrow<'t>,
+}
+
+impl<A: Element> RefInner<'_, A> {
+    pub(super) fn data(&self) -> &ArrayD<A> {
+        match self {
+            RefInner::Resource(data, _) => data,
+            RefInner::Outside(version) => &version.data,
+        }
+    }
+}
+
+impl<A: Element, D: Dimension> Deref for TxnRef<'_, A, D> {
+    type Target = ArrayRef<A, D>;
+    fn deref(&self) -> &ArrayRef<A, D> {
+        self.shown.get(self.inner.data())
+    }
+}
+
+impl<'t, A: Element, D: Dimension> Deref for TxnMut<'t, A, D> {
+    type Target = ArrayViewMut<'t, A, D>;
+    fn deref(&self) -> &ArrayViewMut<'t, A, D> {
+        &self.view
+    }
+}
+
+impl<'t, A: Element, D: Dimension> DerefMut for TxnMut<'t, A, D> {
+    fn deref_mut(&mut self) -> &mut ArrayViewMut<'t, A, D> {
+        &mut self.view
+    }
+}
+
+impl<A: Element, D: Dimension> fmt::Debug for TxnRef<'_, A, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.inner.data(), f)
+    }
+}
+
+impl<A: Element, D: Dimension> fmt::Debug for TxnMut<'_, A, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.view, f)
+    }
+}
