@@ -76,6 +76,15 @@ pub enum Error {
         bound: usize,
     },
 
+    /// An optimizer step got another number of gradients than it has parameters.
+    #[error("gradient count mismatch: the optimizer has {expected} parameters, the step gave {found} gradients")]
+    GradientCount {
+        /// The number of parameters.
+        expected: usize,
+        /// The number of gradients given.
+        found: usize,
+    },
+
     /// No variable of that name exists.
     #[error("no variable named `{name}`")]
     NotFound {

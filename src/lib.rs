@@ -134,6 +134,7 @@ mod head;
 mod horizon;
 mod kernel;
 mod limbo;
+pub mod optim;
 mod pool;
 mod read_all;
 mod record;

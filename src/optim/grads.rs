@@ -1,0 +1,82 @@
+//! What an optimizer step takes as gradients: one array per parameter, of any ndarray type
+//! and dimension, in a tuple (up to 8), a slice or a `Vec`.
+
+use std::borrow::Cow;
+
+use ndarray::{Array, ArrayBase, ArrayRef, Data, Dimension};
+
+use crate::kernel::standard_elements;
+use crate::Element;
+
+/// One gradient: any array or view (`&Array2`, `&ArrayView1`, `&ArcArray`, a snapshot's
+/// `&ArrayRef`).
+pub trait Gradient<A: Clone>: private::Sealed {
+    #[doc(hidden)]
+    fn parts(&self) -> (&[usize], Cow<'_, [A]>);
+}
+
+/// The gradients of one step, one per parameter in the optimizer's order: a tuple of up to
+/// 8 [`Gradient`]s, or a slice or `Vec` of arrays of one type.
+pub trait Gradients<A: Clone>: private::Sealed {
+    #[doc(hidden)]
+    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)>;
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+impl<A: Element, S: Data<Elem = A>, E: Dimension> private::Sealed for &ArrayBase<S, E> {}
+impl<A: Element, S: Data<Elem = A>, E: Dimension> Gradient<A> for &ArrayBase<S, E> {
+    fn parts(&self) -> (&[usize], Cow<'_, [A]>) {
+        (self.shape(), standard_elements(self))
+    }
+}
+
+impl<A: Element, E: Dimension> private::Sealed for &ArrayRef<A, E> {}
+impl<A: Element, E: Dimension> Gradient<A> for &ArrayRef<A, E> {
+    fn parts(&self) -> (&[usize], Cow<'_, [A]>) {
+        (self.shape(), standard_elements(self))
+    }
+}
+
+impl<A: Element, D: Dimension> private::Sealed for &[Array<A, D>] {}
+impl<A: Element, D: Dimension> Gradients<A> for &[Array<A, D>] {
+    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+        self.iter()
+            .map(|g| (g.shape(), standard_elements(g)))
+            .collect()
+    }
+}
+
+impl<A: Element, D: Dimension> private::Sealed for &Vec<Array<A, D>> {}
+impl<A: Element, D: Dimension> Gradients<A> for &Vec<Array<A, D>> {
+    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+        self.iter()
+            .map(|g| (g.shape(), standard_elements(g)))
+            .collect()
+    }
+}
+
+macro_rules! tuple {
+    ($($name:ident),+) => {
+        impl<$($name),+> private::Sealed for ($($name,)+) {}
+
+        impl<A: Clone, $($name: Gradient<A>),+> Gradients<A> for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+                let ($($name,)+) = self;
+                vec![$($name.parts()),+]
+            }
+        }
+    };
+}
+
+tuple!(T1);
+tuple!(T1, T2);
+tuple!(T1, T2, T3);
+tuple!(T1, T2, T3, T4);
+tuple!(T1, T2, T3, T4, T5);
+tuple!(T1, T2, T3, T4, T5, T6);
+tuple!(T1, T2, T3, T4, T5, T6, T7);
+tuple!(T1, T2, T3, T4, T5, T6, T7, T8);

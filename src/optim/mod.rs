@@ -1,0 +1,370 @@
+//! Optimizers over shared parameters: SGD, SGD with momentum, Adam and AdamW, with optional
+//! clipping by global norm, each step applied atomically to the whole parameter set in one
+//! critical-section execution, in place on the working copies.
+//!
+//! An [`Optimizer`] owns its state as variables of its own (momentum buffers, Adam's two
+//! moments, a step counter) and one [`CriticalSection`] over the parameters and that state.
+//! A step from any thread is one execution: steps are serial, in arrival order, and a
+//! reader (a `read_all` of the parameters, a store snapshot, a checkpoint) sees every
+//! parameter and moment of one step or of the next, never a mix. Steps that arrive together
+//! run back to back on one thread and commit once.
+//!
+//! [`HogwildSgd`] is the other trade-off: no section, each parameter updated by a combined
+//! `scaled_add`. Faster under contention and never waiting for another step, but a reader
+//! may see one parameter after a step and another before it, and the updates of concurrent
+//! steps interleave parameter by parameter (Hogwild's own bet).
+//!
+//! ```
+//! use mvtensor::optim::Optimizer;
+//! use mvtensor::Variable;
+//! use ndarray::{Array1, Array2};
+//!
+//! let w = Variable::new(Array2::<f32>::ones((3, 2)));
+//! let b = Variable::new(Array1::<f32>::zeros(2));
+//! let adam = Optimizer::adamw(1e-3, 0.01).clip_global_norm(1.0).param(&w).param(&b).build()?;
+//! std::thread::scope(|s| {
+//!     for _ in 0..4 {
+//!         s.spawn(|| {
+//!             let (gw, gb) = (Array2::from_elem((3, 2), 0.5f32), Array1::from_elem(2, -0.5f32));
+//!             adam.step((&gw, &gb)).unwrap(); // the whole set, atomically
+//!         });
+//!     }
+//! });
+//! assert_eq!(adam.steps(), 4);
+//! assert!(w.read()[[0, 0]] < 1.0 && b.read()[0] > 0.0);
+//! # Ok::<(), mvtensor::Error>(())
+//! ```
+
+mod grads;
+mod hogwild;
+
+use std::borrow::Cow;
+
+use ndarray::{ArrayD, Dimension, Ix0, IxDyn, NdFloat};
+
+pub use grads::{Gradient, Gradients};
+pub use hogwild::HogwildSgd;
+
+use crate::error::{check_shape, Error, Result};
+use crate::{CriticalSection, Element, Store, Variable};
+
+/// The update rule of an [`Optimizer`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Rule<A> {
+    /// `p -= lr * g`.
+    Sgd {
+        /// Learning rate.
+        lr: A,
+    },
+    /// `v = momentum * v + g; p -= lr * v` (PyTorch's form).
+    Momentum {
+        /// Learning rate.
+        lr: A,
+        /// Momentum factor.
+        momentum: A,
+    },
+    /// Adam, with decoupled weight decay when `weight_decay > 0` (AdamW:
+    /// `p -= lr * weight_decay * p` before the Adam update).
+    Adam {
+        /// Learning rate.
+        lr: A,
+        /// Decay of the first moment.
+        beta1: A,
+        /// Decay of the second moment.
+        beta2: A,
+        /// Added to the denominator.
+        eps: A,
+        /// Decoupled weight decay (0: plain Adam).
+        weight_decay: A,
+    },
+}
+
+impl<A: NdFloat> Rule<A> {
+    /// How many state tensors per parameter the rule keeps.
+    fn state_per_param(&self) -> usize {
+        match self {
+            Rule::Sgd { .. } => 0,
+            Rule::Momentum { .. } => 1,
+            Rule::Adam { .. } => 2,
+        }
+    }
+}
+
+/// Options for an [`Optimizer`]: start with [`Optimizer::sgd`], [`Optimizer::momentum`],
+/// [`Optimizer::adam`] or [`Optimizer::adamw`].
+#[derive(Debug)]
+#[must_use = "call .build() to create the optimizer"]
+pub struct OptimizerBuilder<A: Element> {
+    rule: Rule<A>,
+    clip: Option<A>,
+    params: Vec<Variable<A>>,
+    name: Option<String>,
+}
+
+impl<A: Element + NdFloat> OptimizerBuilder<A> {
+    /// Adds a parameter; the gradients of a step come in the order parameters were added.
+    pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
+        self.params.push(param.erased().clone());
+        self
+    }
+
+    /// Adds every parameter of `params`, in order.
+    pub fn params<'v, D: Dimension + 'v>(
+        self,
+        params: impl IntoIterator<Item = &'v Variable<A, D>>,
+    ) -> Self {
+        params.into_iter().fold(self, Self::param)
+    }
+
+    /// Scales each step's gradients by `max_norm / norm` when their global L2 norm (over
+    /// all parameters) exceeds `max_norm`.
+    pub fn clip_global_norm(mut self, max_norm: A) -> Self {
+        self.clip = Some(max_norm);
+        self
+    }
+
+    /// Adam's moment decays (0.9 and 0.999 by default; no effect on other rules).
+    pub fn betas(mut self, beta1: A, beta2: A) -> Self {
+        if let Rule::Adam {
+            beta1: b1,
+            beta2: b2,
+            ..
+        } = &mut self.rule
+        {
+            (*b1, *b2) = (beta1, beta2);
+        }
+        self
+    }
+
+    /// Adam's epsilon (1e-8 by default; no effect on other rules).
+    pub fn eps(mut self, eps: A) -> Self {
+        if let Rule::Adam { eps: e, .. } = &mut self.rule {
+            *e = eps;
+        }
+        self
+    }
+
+    /// Names the optimizer: its section and its state variables are named after it.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Creates the state (zeros shaped like each parameter) and the section.
+    ///
+    /// # Errors
+    /// [`Error::ResourceConflict`] if a parameter belongs to another section that holds it
+    /// exclusively.
+    pub fn build(self) -> Result<Optimizer<A>> {
+        let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
+        let state = self
+            .params
+            .iter()
+            .map(|p| {
+                let zeros = ArrayD::<A>::zeros(IxDyn(&p.shape()));
+                (0..self.rule.state_per_param())
+                    .map(|k| {
+                        Variable::builder(zeros.clone())
+                            .name(format!("{name}.{}.{}", p.name(), ["m", "v"][k]))
+                            .build()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>();
+        let step = Variable::builder(ndarray::arr0(0i64))
+            .name(format!("{name}.step"))
+            .build();
+        let section = CriticalSection::builder()
+            .name(name)
+            .resources(&self.params)
+            .resources(state.iter().flatten())
+            .resource(&step)
+            .build()?;
+        Ok(Optimizer {
+            rule: self.rule,
+            clip: self.clip,
+            params: self.params,
+            state,
+            step,
+            section,
+        })
+    }
+}
+
+/// An optimizer over a set of shared parameters; see the [module docs](self).
+#[derive(Debug)]
+pub struct Optimizer<A: Element> {
+    rule: Rule<A>,
+    clip: Option<A>,
+    params: Vec<Variable<A>>,
+    /// Per parameter: the momentum buffer, or Adam's two moments.
+    state: Vec<Vec<Variable<A>>>,
+    step: Variable<i64, Ix0>,
+    section: CriticalSection,
+}
+
+impl<A: Element + NdFloat> Optimizer<A> {
+    fn builder(rule: Rule<A>) -> OptimizerBuilder<A> {
+        OptimizerBuilder {
+            rule,
+            clip: None,
+            params: Vec::new(),
+            name: None,
+        }
+    }
+
+    /// Plain SGD.
+    pub fn sgd(lr: A) -> OptimizerBuilder<A> {
+        Self::builder(Rule::Sgd { lr })
+    }
+
+    /// SGD with momentum.
+    pub fn momentum(lr: A, momentum: A) -> OptimizerBuilder<A> {
+        Self::builder(Rule::Momentum { lr, momentum })
+    }
+
+    /// Adam (betas 0.9 and 0.999, eps 1e-8).
+    pub fn adam(lr: A) -> OptimizerBuilder<A> {
+        Self::adamw(lr, A::zero())
+    }
+
+    /// AdamW: Adam with decoupled weight decay.
+    pub fn adamw(lr: A, weight_decay: A) -> OptimizerBuilder<A> {
+        let f = |x: f64| A::from(x).expect("a float");
+        Self::builder(Rule::Adam {
+            lr,
+            beta1: f(0.9),
+            beta2: f(0.999),
+            eps: f(1e-8),
+            weight_decay,
+        })
+    }
+
+    /// The number of steps applied so far.
+    pub fn steps(&self) -> i64 {
+        self.step.get()
+    }
+
+    /// Registers the optimizer's state in `store` (named `<optimizer>.<param>.m`, `.v`, and
+    /// `<optimizer>.step`), so that store snapshots and checkpoints carry it.
+    ///
+    /// # Errors
+    /// [`Error::NameTaken`] if a name is in use.
+    pub fn register_state(&self, store: &Store) -> Result<()> {
+        self.state
+            .iter()
+            .flatten()
+            .try_for_each(|v| store.register(v))?;
+        store.register(&self.step)
+    }
+
+    /// Applies one step with `grads`, one per parameter in the order they were added, to
+    /// every parameter at once (one execution). Returns the step's number (1 for the
+    /// first).
+    ///
+    /// # Errors
+    /// [`Error::GradientCount`] if there are not as many gradients as parameters;
+    /// [`Error::ShapeMismatch`] naming the parameter whose gradient has another shape;
+    /// [`Error::Reentrant`] from inside another execution. Nothing is applied then.
+    pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
+        let grads = grads.collect();
+        if grads.len() != self.params.len() {
+            return Err(Error::GradientCount {
+                expected: self.params.len(),
+                found: grads.len(),
+            });
+        }
+        let scale = self.clip.map_or(A::one(), |max| clip_scale(&grads, max));
+        self.section.execute(|tx| {
+            let t = {
+                let mut t = tx.write(&self.step)?;
+                t[()] += 1;
+                t[()]
+            };
+            for (i, (shape, g)) in grads.iter().enumerate() {
+                let p = &self.params[i];
+                check_shape(p.name(), tx.read(p)?.shape(), shape)?;
+                let mut p = tx.write(p)?;
+                let p = p
+                    .as_slice_mut()
+                    .expect("working copies are in standard layout");
+                let mut state = self.state[i]
+                    .iter()
+                    .map(|s| tx.write(s))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut state: Vec<&mut [A]> = state
+                    .iter_mut()
+                    .map(|s| {
+                        s.as_slice_mut()
+                            .expect("working copies are in standard layout")
+                    })
+                    .collect();
+                apply(self.rule, t, scale, p, &mut state, g);
+            }
+            Ok(t)
+        })
+    }
+}
+
+/// `max / norm` when the global L2 norm of `grads` exceeds `max`, else 1.
+fn clip_scale<A: NdFloat>(grads: &[(&[usize], Cow<'_, [A]>)], max: A) -> A {
+    let norm = grads
+        .iter()
+        .flat_map(|(_, g)| g.iter())
+        .fold(A::zero(), |acc, &x| acc + x * x)
+        .sqrt();
+    if norm > max {
+        max / norm
+    } else {
+        A::one()
+    }
+}
+
+/// One parameter's update, in place: `p`, its state (none, the momentum buffer, or m and v),
+/// the gradient times `scale`, at step `t`.
+fn apply<A: NdFloat>(
+    rule: Rule<A>,
+    t: i64,
+    scale: A,
+    p: &mut [A],
+    state: &mut [&mut [A]],
+    g: &[A],
+) {
+    match (rule, state) {
+        (Rule::Sgd { lr }, []) => {
+            let k = lr * scale;
+            p.iter_mut().zip(g).for_each(|(p, &g)| *p -= k * g);
+        }
+        (Rule::Momentum { lr, momentum }, [v]) => {
+            for ((p, v), &g) in p.iter_mut().zip(v.iter_mut()).zip(g) {
+                *v = momentum * *v + scale * g;
+                *p -= lr * *v;
+            }
+        }
+        (
+            Rule::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            },
+            [m, v],
+        ) => {
+            let exponent = i32::try_from(t).unwrap_or(i32::MAX);
+            let (c1, c2) = (
+                A::one() - beta1.powi(exponent),
+                A::one() - beta2.powi(exponent),
+            );
+            let decay = A::one() - lr * weight_decay;
+            for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+                let g = scale * g;
+                *m = beta1 * *m + (A::one() - beta1) * g;
+                *v = beta2 * *v + (A::one() - beta2) * g * g;
+                *p = *p * decay - lr * (*m / c1) / ((*v / c2).sqrt() + eps);
+            }
+        }
+        _ => unreachable!("each rule is built with its own number of state tensors"),
+    }
+}

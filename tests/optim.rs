@@ -1,0 +1,191 @@
+//! Issue 13, item 1: optimizers over shared parameters, each step atomic over the set.
+
+use mvtensor::optim::{HogwildSgd, Optimizer};
+use mvtensor::{read_all, Error, Store, Variable};
+use ndarray::{Array1, Array2, ArrayD};
+
+/// Adam(W) with clipping, on plain arrays: the reference.
+fn reference_adam(
+    p: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    t: i32,
+    (lr, wd, scale): (f32, f32, f32),
+) {
+    let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
+    let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+    for i in 0..p.len() {
+        let g = scale * g[i];
+        m[i] = b1 * m[i] + (1.0 - b1) * g;
+        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+        p[i] = p[i] * (1.0 - lr * wd) - lr * (m[i] / c1) / ((v[i] / c2).sqrt() + eps);
+    }
+}
+
+#[test]
+fn concurrent_adamw_steps_equal_a_serial_replay_bit_for_bit() {
+    let (threads, steps): (usize, usize) = if cfg!(miri) { (2, 3) } else { (4, 250) };
+    let w0 = Array2::from_shape_fn((8, 4), |(i, j)| (i as f32 - j as f32) / 7.0);
+    let w = Variable::new(w0.clone());
+    let b = Variable::new(Array1::<f32>::zeros(4));
+    let opt = Optimizer::adamw(1e-2, 0.1)
+        .clip_global_norm(2.0)
+        .param(&w)
+        .param(&b)
+        .build()
+        .unwrap();
+    let gw = Array2::from_shape_fn((8, 4), |(i, j)| ((i * 4 + j) % 5) as f32 - 2.0);
+    let gb = Array1::from(vec![1.0f32, -1.0, 0.5, 3.0]);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    opt.step((&gw, &gb)).unwrap();
+                }
+            });
+        }
+    });
+    let total = threads * steps;
+    assert_eq!(opt.steps(), total as i64);
+    // Every step had the same gradients, so the order of steps does not matter.
+    let norm = gw
+        .iter()
+        .chain(gb.iter())
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt();
+    let scale = if norm > 2.0 { 2.0 / norm } else { 1.0 };
+    let (mut p, mut m, mut v) = (w0.into_raw_vec_and_offset().0, vec![0.0; 32], vec![0.0; 32]);
+    let (mut pb, mut mb, mut vb) = (vec![0.0f32; 4], vec![0.0; 4], vec![0.0; 4]);
+    for t in 1..=total as i32 {
+        reference_adam(
+            &mut p,
+            &mut m,
+            &mut v,
+            gw.as_slice().unwrap(),
+            t,
+            (1e-2, 0.1, scale),
+        );
+        reference_adam(
+            &mut pb,
+            &mut mb,
+            &mut vb,
+            gb.as_slice().unwrap(),
+            t,
+            (1e-2, 0.1, scale),
+        );
+    }
+    assert_eq!(w.read().as_slice().unwrap(), &p[..]);
+    assert_eq!(b.read().as_slice().unwrap(), &pb[..]);
+}
+
+#[test]
+fn sgd_and_momentum_follow_their_rules() {
+    let p = Variable::new(Array1::from(vec![1.0f64, 2.0]));
+    let sgd = Optimizer::sgd(0.5).param(&p).build().unwrap();
+    sgd.step((&Array1::from(vec![1.0, -2.0]),)).unwrap();
+    assert_eq!(p.read().to_vec(), vec![0.5, 3.0]);
+
+    let q = Variable::new(Array1::from(vec![0.0f64]));
+    let momentum = Optimizer::momentum(0.1, 0.9).param(&q).build().unwrap();
+    let (mut vel, mut expected) = (0.0f64, 0.0f64);
+    for k in 1..=5 {
+        let g = k as f64;
+        momentum.step(&vec![Array1::from(vec![g])]).unwrap();
+        vel = 0.9 * vel + g;
+        expected -= 0.1 * vel;
+    }
+    assert_eq!(q.read()[0], expected);
+}
+
+#[test]
+fn a_reader_sees_every_parameter_of_one_step() {
+    let (steps, readers) = if cfg!(miri) { (10, 10) } else { (3000, 3000) };
+    let (w, b) = (
+        Variable::new(Array1::<f32>::zeros(16)),
+        Variable::new(Array1::<f32>::zeros(1)),
+    );
+    let sgd = Optimizer::sgd(1.0).param(&w).param(&b).build().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (gw, gb) = (Array1::<f32>::ones(16), Array1::<f32>::ones(1));
+            for _ in 0..steps {
+                sgd.step((&gw, &gb)).unwrap();
+            }
+        });
+        for _ in 0..readers {
+            let (w, b) = read_all((&w, &b));
+            assert!(
+                w.iter().all(|&x| x == b[0]),
+                "half a step: w {} b {}",
+                w[0],
+                b[0]
+            );
+        }
+    });
+    assert_eq!(b.read()[0], -(steps as f32));
+}
+
+#[test]
+fn bad_gradients_are_typed_errors_that_apply_nothing() {
+    let w = Variable::builder(Array2::<f32>::zeros((2, 2)))
+        .name("w")
+        .build();
+    let b = Variable::builder(Array1::<f32>::zeros(2)).name("b").build();
+    let opt = Optimizer::adam(0.1).param(&w).param(&b).build().unwrap();
+    let g = Array2::<f32>::ones((2, 2));
+    assert_eq!(
+        opt.step((&g,)).unwrap_err(),
+        Error::GradientCount {
+            expected: 2,
+            found: 1
+        }
+    );
+    let err = opt.step((&g, &Array1::<f32>::ones(3))).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { variable, .. } if variable == "b"),
+        "{err}"
+    );
+    assert_eq!(
+        (opt.steps(), w.version(), b.version()),
+        (0, 0, 0),
+        "nothing applied"
+    );
+}
+
+#[test]
+fn optimizer_state_rides_in_store_snapshots() {
+    let store = Store::new();
+    let w = store.variable("w", Array1::<f32>::ones(3)).unwrap();
+    let opt = Optimizer::adam(0.1).name("adam").param(&w).build().unwrap();
+    opt.register_state(&store).unwrap();
+    opt.step((&Array1::<f32>::ones(3),)).unwrap();
+    let snap = store.snapshot();
+    let names: Vec<_> = snap.iter().map(|e| e.name().to_owned()).collect();
+    assert_eq!(names, ["adam.step", "adam.w.m", "adam.w.v", "w"]);
+    assert_eq!(snap.get::<i64, ndarray::Ix0>("adam.step").unwrap()[()], 1);
+    let m = snap.get::<f32, ndarray::IxDyn>("adam.w.m").unwrap();
+    assert!((m[[0]] - 0.1).abs() < 1e-6);
+}
+
+#[test]
+fn hogwild_sgd_loses_no_update() {
+    let (threads, steps) = if cfg!(miri) { (2, 5) } else { (4, 2000) };
+    let w = Variable::new(Array2::<f32>::zeros((4, 4)));
+    let b = Variable::new(Array1::<f32>::zeros(4));
+    let sgd = HogwildSgd::new(1.0).param(&w).param(&b);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    let gw = ArrayD::<f32>::ones(ndarray::IxDyn(&[4, 4]));
+                    sgd.step((&gw, &Array1::<f32>::ones(4))).unwrap();
+                }
+            });
+        }
+    });
+    let total = -((threads * steps) as f32);
+    assert!(w.read().iter().all(|&x| x == total));
+    assert!(b.read().iter().all(|&x| x == total));
+}
