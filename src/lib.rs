@@ -75,6 +75,9 @@
 //!   optimizer step over parameters and moments), checked like a `RefCell`.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
 //!   the commit order, never half an execution, and never waits for a writer.
+//! * **Optimizers and rows.** [`optim::Optimizer`] applies SGD, momentum or Adam(W) to a
+//!   whole parameter set in one execution; [`Variable::scatter_add`] and
+//!   [`Variable::gather`] update and read rows.
 //! * **Checkpoints while training.** [`Store::save`] writes a consistent snapshot as one
 //!   safetensors file, crash-safe, without blocking a writer; [`Store::restore`] sets every
 //!   variable of a file in one commit ([`checkpoint`]).

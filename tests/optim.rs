@@ -189,3 +189,46 @@ fn hogwild_sgd_loses_no_update() {
     assert!(w.read().iter().all(|&x| x == total));
     assert!(b.read().iter().all(|&x| x == total));
 }
+
+#[test]
+fn a_soft_update_is_atomic_over_the_targets_while_the_online_net_trains() {
+    use mvtensor::optim::SoftUpdate;
+    let rounds = if cfg!(miri) { 10 } else { 2000 };
+    let (w, b) = (
+        Variable::new(Array1::<f64>::zeros(8)),
+        Variable::new(Array1::<f64>::zeros(1)),
+    );
+    let (tw, tb) = (
+        Variable::new(Array1::<f64>::zeros(8)),
+        Variable::new(Array1::<f64>::zeros(1)),
+    );
+    let train = Optimizer::sgd(-1.0).param(&w).param(&b).build().unwrap(); // w, b grow together
+    let polyak = SoftUpdate::new()
+        .pair(&tw, &w)
+        .pair(&tb, &b)
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..rounds {
+                train
+                    .step((&Array1::<f64>::ones(8), &Array1::<f64>::ones(1)))
+                    .unwrap();
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..rounds {
+                polyak.apply(0.25).unwrap();
+            }
+        });
+        for _ in 0..rounds {
+            let (tw, tb) = read_all((&tw, &tb));
+            assert!(tw.iter().all(|&x| x == tb[0]), "half a soft update");
+        }
+    });
+    polyak.apply(1.0).unwrap();
+    assert_eq!((tw.read()[3], tb.read()[0]), (rounds as f64, rounds as f64));
+    let other = Variable::new(Array1::<f64>::zeros(3));
+    let bad = SoftUpdate::new().pair(&other, &w).build().unwrap();
+    assert!(matches!(bad.apply(0.5), Err(Error::ShapeMismatch { .. })));
+}

@@ -1,6 +1,7 @@
 //! Optimizers over shared parameters: SGD, SGD with momentum, Adam and AdamW, with optional
 //! clipping by global norm, each step applied atomically to the whole parameter set in one
-//! critical-section execution, in place on the working copies.
+//! critical-section execution, in place on the working copies; and [`SoftUpdate`], a target
+//! network following an online one.
 //!
 //! An [`Optimizer`] owns its state as variables of its own (momentum buffers, Adam's two
 //! moments, a step counter) and one [`CriticalSection`] over the parameters and that state.
@@ -37,6 +38,7 @@
 
 mod grads;
 mod hogwild;
+mod soft;
 
 use std::borrow::Cow;
 
@@ -44,6 +46,7 @@ use ndarray::{ArrayD, Dimension, Ix0, IxDyn, NdFloat};
 
 pub use grads::{Gradient, Gradients};
 pub use hogwild::HogwildSgd;
+pub use soft::{SoftUpdate, SoftUpdateBuilder};
 
 use crate::error::{check_shape, Error, Result};
 use crate::{CriticalSection, Element, Store, Variable};
