@@ -137,6 +137,7 @@ mod head;
 mod horizon;
 mod kernel;
 mod limbo;
+pub mod metrics;
 pub mod optim;
 mod pool;
 mod read_all;

@@ -1,0 +1,148 @@
+//! Shared training metrics (a running loss, examples seen, a step counter) that every thread
+//! updates on every step, without all of them writing one cache line.
+//!
+//! A metric is split into shards, each on a cache line of its own; a thread always records
+//! into the same shard (threads are spread over the shards in the order they first record),
+//! so threads on different cores rarely touch the same line. A read locks every shard in
+//! order and adds them up: it sees every record that finished before it began and none
+//! that began after it ended, and a [`Mean`]'s count and sum come from the same moment. Reads
+//! are for logging, not for the hot path: they wait for a record in progress (a few
+//! nanoseconds), and records wait for a read in progress.
+//!
+//! ```
+//! use mvtensor::metrics::Mean;
+//!
+//! let loss = Mean::new();
+//! std::thread::scope(|s| {
+//!     for t in 0..4 {
+//!         let loss = &loss;
+//!         s.spawn(move || (0..100).for_each(|i| loss.record((t * 100 + i) as f64)));
+//!     }
+//! });
+//! let now = loss.read();
+//! assert_eq!(now.count, 400);
+//! assert_eq!(now.mean(), Some(199.5));
+//! ```
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+/// Shards per metric: enough that the threads of a big machine rarely share one.
+const SHARDS: usize = 16;
+
+/// One shard, alone on its cache lines (128 bytes: two lines, for adjacent-line prefetch).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard<T>(Mutex<T>);
+
+/// The shard this thread records into: threads are numbered in the order they first record.
+fn my_shard() -> usize {
+    // Relaxed: only spreads threads over shards; any numbering is correct.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| {
+        if s.get() == usize::MAX {
+            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        }
+        s.get()
+    })
+}
+
+/// The sum of many threads' contributions, and how many there were: a count of examples, a
+/// total of something. `add(1)` from every thread is a counter.
+#[derive(Debug)]
+pub struct Sum {
+    shards: [Shard<(f64, u64)>; SHARDS],
+}
+
+/// A [`Mean`]'s or [`Sum`]'s value at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Reading {
+    /// The total of the values recorded.
+    pub sum: f64,
+    /// How many values were recorded.
+    pub count: u64,
+}
+
+impl Reading {
+    /// `sum / count`, or `None` before the first record.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+}
+
+impl Default for Sum {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sum {
+    /// Zero.
+    pub fn new() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Shard::default()),
+        }
+    }
+
+    /// Adds `value` (and one to the count).
+    pub fn add(&self, value: f64) {
+        let mut shard = self.shards[my_shard()].0.lock();
+        shard.0 += value;
+        shard.1 += 1;
+    }
+
+    /// The total and count of every add so far, at one moment (see the module docs).
+    pub fn read(&self) -> Reading {
+        let guards: Vec<_> = self.shards.iter().map(|s| s.0.lock()).collect();
+        guards.iter().fold(Reading::default(), |r, g| Reading {
+            sum: r.sum + g.0,
+            count: r.count + g.1,
+        })
+    }
+
+    /// Reads and resets to zero at the same moment (a logging interval's total).
+    pub fn take(&self) -> Reading {
+        let mut guards: Vec<_> = self.shards.iter().map(|s| s.0.lock()).collect();
+        guards.iter_mut().fold(Reading::default(), |r, g| {
+            let (sum, count) = std::mem::take(&mut **g);
+            Reading {
+                sum: r.sum + sum,
+                count: r.count + count,
+            }
+        })
+    }
+}
+
+/// A running mean (a training loss): every thread records its values, a reader gets the mean
+/// of all of them, count and sum from one moment.
+#[derive(Debug, Default)]
+pub struct Mean {
+    sum: Sum,
+}
+
+impl Mean {
+    /// No values yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one value.
+    pub fn record(&self, value: f64) {
+        self.sum.add(value);
+    }
+
+    /// The sum and count so far ([`Reading::mean`] is their ratio).
+    pub fn read(&self) -> Reading {
+        self.sum.read()
+    }
+
+    /// Reads and resets at the same moment: the mean over the last logging interval.
+    pub fn take(&self) -> Reading {
+        self.sum.take()
+    }
+}
