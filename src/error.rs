@@ -85,6 +85,15 @@ pub enum Error {
         found: usize,
     },
 
+    /// A [`TensorQueue`](crate::queue::TensorQueue) operation could not be served.
+    #[error("queue `{queue}`: {problem}")]
+    Queue {
+        /// The queue's name.
+        queue: String,
+        /// Why.
+        problem: QueueProblem,
+    },
+
     /// No variable of that name exists.
     #[error("no variable named `{name}`")]
     NotFound {
@@ -190,6 +199,27 @@ fn rank_words(rank: Option<usize>) -> String {
         Some(rank) => format!("rank {rank}"),
         None => "a rank that may change".to_owned(),
     }
+}
+
+/// Why a queue operation failed ([`Error::Queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueProblem {
+    /// Closed: no more enqueues; for a dequeue, closed and drained.
+    #[error("closed")]
+    Closed,
+    /// A `try_enqueue` found no room.
+    #[error("full")]
+    Full,
+    /// A `try_dequeue` found nothing.
+    #[error("empty")]
+    Empty,
+    /// A timed operation's time ran out.
+    #[error("timed out")]
+    TimedOut,
+    /// `dequeue_many(n)` with `n` above the capacity: it could never be served.
+    #[error("more elements asked for than the queue can hold")]
+    TooMany,
 }
 
 /// `Result<T, mvtensor::Error>`.

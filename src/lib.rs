@@ -140,6 +140,7 @@ mod limbo;
 pub mod metrics;
 pub mod optim;
 mod pool;
+pub mod queue;
 mod read_all;
 mod record;
 mod running;
@@ -154,7 +155,7 @@ mod variable;
 mod version;
 
 pub use element::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, QueueProblem, Result};
 pub use read_all::{read_all, ReadSet};
 pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef};
 pub use snapshot::{OwnedSnapshot, Snapshot};

@@ -1,0 +1,279 @@
+//! [`TensorQueue`]: a bounded FIFO of tensors between threads, with TensorFlow's `FIFOQueue`
+//! semantics: a capacity, blocking, `try_` and timed enqueue and dequeue, `dequeue_many`, and
+//! `close` (enqueues then fail; dequeues drain what is left, then fail).
+//!
+//! A data pipeline feeding trainers is the use: producer threads enqueue batches, trainer
+//! threads dequeue them. Every element has the queue's shape and element type, checked at
+//! enqueue (no broadcasting). It is a `parking_lot` mutex and two condition variables: a
+//! channel crate's close cannot cancel blocked senders selectively or take `n` elements at
+//! once, which `close(cancel_pending_enqueues)` and `dequeue_many` need.
+//!
+//! ```
+//! use mvtensor::queue::TensorQueue;
+//! use ndarray::Array1;
+//!
+//! let batches = TensorQueue::<f32>::new("batches", 4, &[3]);
+//! std::thread::scope(|s| {
+//!     s.spawn(|| {
+//!         for i in 0..10 {
+//!             batches.enqueue(Array1::from_elem(3, i as f32)).unwrap(); // waits while full
+//!         }
+//!         batches.close(false); // no more batches: consumers drain, then stop
+//!     });
+//!     let mut seen = 0.0;
+//!     while let Ok(batch) = batches.dequeue() {
+//!         seen += batch[[0]];
+//!     }
+//!     assert_eq!(seen, 45.0);
+//! });
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use ndarray::{Array, ArrayD, Dimension, IxDyn};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{check_shape, Error, QueueProblem, Result};
+use crate::Element;
+
+/// How long an operation may wait.
+#[derive(Clone, Copy)]
+enum Wait {
+    Block,
+    Not,
+    Until(Instant),
+}
+
+/// A bounded FIFO queue of tensors of one shape; see the [module docs](self).
+pub struct TensorQueue<A: Element> {
+    name: String,
+    capacity: usize,
+    shape: Vec<usize>,
+    state: Mutex<State<A>>,
+    not_full: Condvar,
+    not_empty: Condvar,
+}
+
+struct State<A> {
+    items: VecDeque<ArrayD<A>>,
+    closed: bool,
+    /// Closed with `cancel_pending_enqueues`: blocked enqueuers give up.
+    cancelled: bool,
+    /// Enqueues waiting for room.
+    pending: usize,
+}
+
+impl<A: Element> TensorQueue<A> {
+    /// An open, empty queue named `name` (for errors) holding at most `capacity` (at least
+    /// one) elements of `shape`.
+    pub fn new(name: impl Into<String>, capacity: usize, shape: &[usize]) -> Self {
+        Self {
+            name: name.into(),
+            capacity: capacity.max(1),
+            shape: shape.to_vec(),
+            state: Mutex::new(State {
+                items: VecDeque::new(),
+                closed: false,
+                cancelled: false,
+                pending: 0,
+            }),
+            not_full: Condvar::new(),
+            not_empty: Condvar::new(),
+        }
+    }
+
+    /// Adds `value` at the back, waiting while the queue is full.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`]; [`Error::Queue`] with [`QueueProblem::Closed`] if the queue
+    /// is (or, while waiting, gets) closed with `cancel_pending_enqueues`, or was closed
+    /// before the call.
+    pub fn enqueue<D: Dimension>(&self, value: Array<A, D>) -> Result<()> {
+        self.put(value.into_dyn(), Wait::Block)
+    }
+
+    /// As [`enqueue`](Self::enqueue), waiting at most `timeout` for room.
+    ///
+    /// # Errors
+    /// As for `enqueue`, and [`QueueProblem::TimedOut`].
+    pub fn enqueue_timeout<D: Dimension>(
+        &self,
+        value: Array<A, D>,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.put(value.into_dyn(), Wait::Until(Instant::now() + timeout))
+    }
+
+    /// Adds `value` only if there is room now.
+    ///
+    /// # Errors
+    /// As for `enqueue`, and [`QueueProblem::Full`].
+    pub fn try_enqueue<D: Dimension>(&self, value: Array<A, D>) -> Result<()> {
+        self.put(value.into_dyn(), Wait::Not)
+    }
+
+    /// Takes the front element, waiting while the queue is empty and open.
+    ///
+    /// # Errors
+    /// [`Error::Queue`] with [`QueueProblem::Closed`] once the queue is closed and empty.
+    pub fn dequeue(&self) -> Result<ArrayD<A>> {
+        self.take(1, Wait::Block)
+            .map(|mut v| v.pop().expect("one taken"))
+    }
+
+    /// As [`dequeue`](Self::dequeue), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// As for `dequeue`, and [`QueueProblem::TimedOut`].
+    pub fn dequeue_timeout(&self, timeout: Duration) -> Result<ArrayD<A>> {
+        self.take(1, Wait::Until(Instant::now() + timeout))
+            .map(|mut v| v.pop().expect("one taken"))
+    }
+
+    /// Takes the front element only if there is one now.
+    ///
+    /// # Errors
+    /// [`QueueProblem::Empty`], or [`QueueProblem::Closed`] once closed and empty.
+    pub fn try_dequeue(&self) -> Result<ArrayD<A>> {
+        self.take(1, Wait::Not)
+            .map(|mut v| v.pop().expect("one taken"))
+    }
+
+    /// Takes `n` elements at once (no other dequeue interleaves), stacked along a new first
+    /// axis: shape `[n, ..the queue's shape]`. Waits until `n` are there.
+    ///
+    /// # Errors
+    /// [`QueueProblem::Closed`] if the queue is closed with fewer than `n` left (they stay
+    /// for smaller dequeues); [`QueueProblem::TooMany`] if `n` exceeds the capacity (it
+    /// could never be served).
+    pub fn dequeue_many(&self, n: usize) -> Result<ArrayD<A>> {
+        if n > self.capacity {
+            return Err(self.error(QueueProblem::TooMany));
+        }
+        let items = self.take(n, Wait::Block)?;
+        let mut shape = vec![n];
+        shape.extend_from_slice(&self.shape);
+        let flat: Vec<A> = items.iter().flat_map(|a| a.iter().copied()).collect();
+        Ok(ArrayD::from_shape_vec(IxDyn(&shape), flat).expect("n elements of the queue's shape"))
+    }
+
+    /// Closes the queue: every later enqueue fails, dequeues take what is left and then
+    /// fail. With `cancel_pending_enqueues`, enqueues waiting for room fail too; without,
+    /// they still complete as room frees up.
+    pub fn close(&self, cancel_pending_enqueues: bool) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.cancelled |= cancel_pending_enqueues;
+        self.not_full.notify_all();
+        self.not_empty.notify_all();
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// The number of elements in the queue now.
+    pub fn len(&self) -> usize {
+        self.state.lock().items.len()
+    }
+
+    /// The number of enqueues waiting for room now (a producer's back-pressure).
+    pub fn pending_enqueues(&self) -> usize {
+        self.state.lock().pending
+    }
+
+    /// Whether the queue is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The shape of every element.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn put(&self, value: ArrayD<A>, how: Wait) -> Result<()> {
+        check_shape(&self.name, &self.shape, value.shape())?;
+        let mut state = self.state.lock();
+        if state.closed {
+            return Err(self.error(QueueProblem::Closed));
+        }
+        while state.items.len() >= self.capacity {
+            if state.cancelled {
+                return Err(self.error(QueueProblem::Closed));
+            }
+            state.pending += 1;
+            let waited = self.wait(&self.not_full, &mut state, how, QueueProblem::Full);
+            state.pending -= 1;
+            waited?;
+        }
+        if state.cancelled {
+            return Err(self.error(QueueProblem::Closed));
+        }
+        state.items.push_back(value);
+        self.not_empty.notify_one();
+        Ok(())
+    }
+
+    fn take(&self, n: usize, how: Wait) -> Result<Vec<ArrayD<A>>> {
+        let mut state = self.state.lock();
+        while state.items.len() < n.max(1) {
+            if state.closed {
+                return Err(self.error(QueueProblem::Closed));
+            }
+            self.wait(&self.not_empty, &mut state, how, QueueProblem::Empty)?;
+        }
+        let taken: Vec<_> = state.items.drain(..n).collect();
+        // Room for as many waiting enqueuers as were taken; `notify_all` when several.
+        if n == 1 {
+            self.not_full.notify_one();
+        } else {
+            self.not_full.notify_all();
+        }
+        Ok(taken)
+    }
+
+    /// Waits on `cond` until notified, as `how` allows: `now` (the queue is full or empty)
+    /// if it may not wait, [`QueueProblem::TimedOut`] once its deadline passed.
+    fn wait(
+        &self,
+        cond: &Condvar,
+        state: &mut parking_lot::MutexGuard<'_, State<A>>,
+        how: Wait,
+        now: QueueProblem,
+    ) -> Result<()> {
+        match how {
+            Wait::Block => cond.wait(state),
+            Wait::Not => return Err(self.error(now)),
+            Wait::Until(deadline) => {
+                if cond.wait_until(state, deadline).timed_out() {
+                    return Err(self.error(QueueProblem::TimedOut));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, problem: QueueProblem) -> Error {
+        Error::Queue {
+            queue: self.name.clone(),
+            problem,
+        }
+    }
+}
+
+impl<A: Element> fmt::Debug for TensorQueue<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("TensorQueue")
+            .field("name", &self.name)
+            .field("len", &state.items.len())
+            .field("capacity", &self.capacity)
+            .field("shape", &self.shape)
+            .field("closed", &state.closed)
+            .finish()
+    }
+}

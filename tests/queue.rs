@@ -1,0 +1,147 @@
+//! Issue 13, item 3: the tensor queue's FIFOQueue semantics.
+
+use std::time::Duration;
+
+use mvtensor::queue::TensorQueue;
+use mvtensor::{Error, QueueProblem};
+use ndarray::{arr1, Array2};
+
+fn problem(err: Error) -> QueueProblem {
+    match err {
+        Error::Queue { problem, .. } => problem,
+        other => panic!("not a queue error: {other}"),
+    }
+}
+
+#[test]
+fn fifo_order_capacity_and_try_operations() {
+    let q = TensorQueue::<i64>::new("q", 2, &[2]);
+    q.try_enqueue(arr1(&[1, 1])).unwrap();
+    q.enqueue(arr1(&[2, 2])).unwrap();
+    assert_eq!(
+        problem(q.try_enqueue(arr1(&[3, 3])).unwrap_err()),
+        QueueProblem::Full
+    );
+    assert_eq!(q.len(), 2);
+    assert_eq!(q.dequeue().unwrap(), arr1(&[1, 1]).into_dyn());
+    assert_eq!(q.try_dequeue().unwrap(), arr1(&[2, 2]).into_dyn());
+    assert_eq!(problem(q.try_dequeue().unwrap_err()), QueueProblem::Empty);
+    let err = q.enqueue(arr1(&[1, 2, 3])).unwrap_err();
+    assert!(
+        matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "q"),
+        "{err}"
+    );
+}
+
+#[test]
+fn timeouts_expire_on_a_stuck_queue() {
+    let q = TensorQueue::<f32>::new("stuck", 1, &[]);
+    let d = Duration::from_millis(5);
+    assert_eq!(
+        problem(q.dequeue_timeout(d).unwrap_err()),
+        QueueProblem::TimedOut
+    );
+    q.enqueue(ndarray::arr0(1.0)).unwrap();
+    assert_eq!(
+        problem(q.enqueue_timeout(ndarray::arr0(2.0), d).unwrap_err()),
+        QueueProblem::TimedOut
+    );
+    assert_eq!(q.dequeue_timeout(d).unwrap()[[]], 1.0);
+}
+
+#[test]
+fn close_fails_enqueues_and_lets_dequeues_drain() {
+    let q = TensorQueue::<f32>::new("q", 4, &[1]);
+    q.enqueue(arr1(&[1.0])).unwrap();
+    q.enqueue(arr1(&[2.0])).unwrap();
+    q.close(false);
+    assert!(q.is_closed());
+    assert_eq!(
+        problem(q.enqueue(arr1(&[3.0])).unwrap_err()),
+        QueueProblem::Closed
+    );
+    assert_eq!(
+        problem(q.dequeue_many(3).unwrap_err()),
+        QueueProblem::Closed,
+        "fewer than 3 left"
+    );
+    assert_eq!(
+        q.dequeue().unwrap()[[0]],
+        1.0,
+        "what is left still comes out, in order"
+    );
+    assert_eq!(q.dequeue().unwrap()[[0]], 2.0);
+    assert_eq!(problem(q.dequeue().unwrap_err()), QueueProblem::Closed);
+    assert_eq!(
+        problem(q.dequeue_many(5).unwrap_err()),
+        QueueProblem::TooMany
+    );
+}
+
+#[test]
+fn close_with_cancel_fails_blocked_enqueuers_and_without_lets_them_finish() {
+    for cancel in [true, false] {
+        let q = TensorQueue::<i32>::new("q", 1, &[]);
+        q.enqueue(ndarray::arr0(1)).unwrap();
+        std::thread::scope(|s| {
+            let blocked = s.spawn(|| q.enqueue(ndarray::arr0(2)));
+            while q.pending_enqueues() == 0 {
+                std::thread::yield_now(); // until the enqueuer waits for room
+            }
+            q.close(cancel);
+            assert_eq!(q.dequeue().unwrap()[[]], 1);
+            if cancel {
+                assert_eq!(
+                    problem(blocked.join().unwrap().unwrap_err()),
+                    QueueProblem::Closed
+                );
+                assert_eq!(problem(q.dequeue().unwrap_err()), QueueProblem::Closed);
+            } else {
+                blocked.join().unwrap().unwrap(); // a pending enqueue still completes
+                assert_eq!(q.dequeue().unwrap()[[]], 2);
+            }
+        });
+    }
+}
+
+#[test]
+fn producers_and_consumers_hand_over_every_batch_once() {
+    let (producers, batches) = if cfg!(miri) { (2, 10) } else { (4, 5000) };
+    let q = TensorQueue::<i64>::new("batches", 8, &[2, 2]);
+    let total: i64 = std::thread::scope(|s| {
+        let consumers: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut sum = 0;
+                    while let Ok(two) = q.dequeue_many(2) {
+                        sum += two.sum();
+                    }
+                    while let Ok(one) = q.dequeue() {
+                        sum += one.sum(); // what dequeue_many(2) left after the close
+                    }
+                    sum
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..producers)
+            .map(|p| {
+                let q = &q;
+                s.spawn(move || {
+                    for i in 0..batches {
+                        q.enqueue(Array2::from_elem((2, 2), (p * batches + i) as i64))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        q.close(false);
+        consumers.into_iter().map(|c| c.join().unwrap()).sum()
+    });
+    let n = (producers * batches) as i64;
+    assert_eq!(
+        total,
+        4 * n * (n - 1) / 2,
+        "every batch dequeued exactly once"
+    );
+}
