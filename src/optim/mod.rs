@@ -38,6 +38,7 @@
 
 mod grads;
 mod hogwild;
+mod replicas;
 mod soft;
 
 use std::borrow::Cow;
@@ -46,6 +47,7 @@ use ndarray::{ArrayD, Dimension, Ix0, IxDyn, NdFloat};
 
 pub use grads::{Gradient, Gradients};
 pub use hogwild::HogwildSgd;
+pub use replicas::Replicas;
 pub use soft::{SoftUpdate, SoftUpdateBuilder};
 
 use crate::error::{check_shape, Error, Result};
@@ -200,7 +202,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
 pub struct Optimizer<A: Element> {
     rule: Rule<A>,
     clip: Option<A>,
-    params: Vec<Variable<A>>,
+    pub(super) params: Vec<Variable<A>>,
     /// Per parameter: the momentum buffer, or Adam's two moments.
     state: Vec<Vec<Variable<A>>>,
     step: Variable<i64, Ix0>,
