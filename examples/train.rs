@@ -21,74 +21,22 @@ use mvtensor::metrics::Mean;
 use mvtensor::optim::Optimizer;
 use mvtensor::queue::TensorQueue;
 use mvtensor::{read_all, Store};
-use ndarray::{s, Array1, Array2, ArrayRef1, ArrayRef2, Axis, Ix2};
+use ndarray::{Axis, Ix2};
+use wine::{init, loss_and_grads, wines, BATCH};
 
-const HIDDEN: usize = 32;
-const BATCH: usize = 32;
+#[path = "../benches/harness/wine.rs"]
+mod wine;
+
 const EPOCHS: usize = 400;
 const TRAINERS: usize = 4;
-
-/// Features (standardised) and the quality score of every wine, one row each: `[n, 12]`.
-fn wines() -> Array2<f32> {
-    let data = linfa_datasets::winequality();
-    let (records, targets) = (&data.records, &data.targets);
-    let n = records.shape()[0];
-    let mut rows = Array2::<f32>::zeros((n, 12));
-    for (i, &x) in records.iter().enumerate() {
-        rows[[i / 11, i % 11]] = x as f32; // row-major, 11 features per wine
-    }
-    for (i, &t) in targets.iter().enumerate() {
-        rows[[i, 11]] = t as f32;
-    }
-    for j in 0..11 {
-        let col = rows.column(j);
-        let (mean, std) = (col.mean().unwrap_or(0.0), col.std(0.0).max(1e-6));
-        rows.column_mut(j).mapv_inplace(|x| (x - mean) / std);
-    }
-    rows
-}
-
-/// Mean squared error of one batch and its gradients (w1, b1, w2, b2).
-#[allow(clippy::type_complexity)]
-fn step(
-    (w1, b1, w2, b2): (
-        &ArrayRef2<f32>,
-        &ArrayRef1<f32>,
-        &ArrayRef2<f32>,
-        &ArrayRef1<f32>,
-    ),
-    batch: &Array2<f32>,
-) -> (f32, (Array2<f32>, Array1<f32>, Array2<f32>, Array1<f32>)) {
-    let x = batch.slice(s![.., ..11]);
-    let t = batch.slice(s![.., 11..]);
-    let h = (x.dot(w1) + b1).mapv(f32::tanh);
-    let y = h.dot(w2) + b2;
-    let diff = &y - &t;
-    let loss = diff.mapv(|d| d * d).mean().unwrap_or(0.0);
-    let dy = diff * (2.0 / batch.nrows() as f32);
-    let dh = dy.dot(&w2.t()) * h.mapv(|h| 1.0 - h * h);
-    let grads = (
-        x.t().dot(&dh),
-        dh.sum_axis(Axis(0)),
-        h.t().dot(&dy),
-        dy.sum_axis(Axis(0)),
-    );
-    (loss, grads)
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let data = wines();
     let n = data.nrows();
     let store = Arc::new(Store::new());
-    let init = |r: usize, c: usize, k: f32| {
-        Array2::from_shape_fn((r, c), |(i, j)| {
-            ((i * 17 + j * 31) % 23) as f32 / 23.0 * k - k / 2.0
-        })
-    };
-    let w1 = store.variable("w1", init(11, HIDDEN, 0.6))?;
-    let b1 = store.variable("b1", Array1::<f32>::zeros(HIDDEN))?;
-    let w2 = store.variable("w2", init(HIDDEN, 1, 0.4))?;
-    let b2 = store.variable("b2", Array1::from_elem(1, 5.6f32))?; // about the mean quality
+    let (w1, b1, w2, b2) = init();
+    let (w1, b1) = (store.variable("w1", w1)?, store.variable("b1", b1)?);
+    let (w2, b2) = (store.variable("w2", w2)?, store.variable("b2", b2)?);
     let adam = Optimizer::adam(3e-3)
         .name("adam")
         .param(&w1)
@@ -131,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 while let Ok(batch) = batches.dequeue() {
                     let batch = batch.into_dimensionality::<Ix2>().expect("[BATCH, 12]");
                     let p = read_all((&w1, &b1, &w2, &b2));
-                    let (l, g) = step((&p.0, &p.1, &p.2, &p.3), &batch);
+                    let (l, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &batch);
                     adam.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
                     loss.record(f64::from(l));
                 }
@@ -159,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let last = checkpoints.save(&store)?;
     let restored = Store::load(&last)?;
     let p = read_all((&w1, &b1, &w2, &b2));
-    let (final_loss, _) = step((&p.0, &p.1, &p.2, &p.3), &data);
+    let (final_loss, _) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &data);
     println!(
         "{} steps in {seconds:.2} s ({:.0} steps/s) on {TRAINERS} threads; loss over all wines {final_loss:.4}",
         adam.steps(),

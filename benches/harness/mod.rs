@@ -16,6 +16,8 @@ pub mod costs;
 pub mod optimizer;
 pub mod sections;
 pub mod subjects;
+pub mod train;
+pub mod wine;
 pub mod workloads;
 
 use std::sync::atomic::{AtomicBool, Ordering};

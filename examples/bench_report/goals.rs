@@ -27,6 +27,7 @@ impl Report<'_> {
             self.goal_section(),
             self.goal_optimizer(),
             self.goal_checkpoints(),
+            self.goal_train(),
             self.goal_memory(),
         ]
     }

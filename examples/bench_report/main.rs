@@ -27,6 +27,7 @@ mod plot;
 mod report;
 mod run;
 mod tables;
+mod train;
 
 use std::process::ExitCode;
 use std::time::Instant;

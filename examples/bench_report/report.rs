@@ -73,6 +73,7 @@ impl Report<'_> {
         self.memory_section(&mut s);
         self.optimizer_section(&mut s);
         self.checkpoint_section(&mut s);
+        self.train_section(&mut s);
         self.where_we_lose(&mut s, &goals);
         self.method(&mut s);
         s

@@ -8,6 +8,8 @@ use crate::harness::checkpoints::{self, CheckpointVariant};
 use crate::harness::costs::{self, CostPlan, Costs};
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
+use crate::harness::train::{self, TrainRun, TrainVariant, TRAIN_THREADS};
+use crate::harness::wine;
 use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
 use crate::harness::{median, Budget, Variant, SIZES, THREADS};
 use crate::memory::{memory_of, MemorySummary};
@@ -31,6 +33,8 @@ pub(crate) struct Plan {
     pub(crate) costs: CostPlan,
     /// One run of the checkpoint workload (each variant twice: without and with).
     pub(crate) checkpoint: Duration,
+    /// Steps of one run of the wine trainer.
+    pub(crate) train_steps: usize,
 }
 
 impl Plan {
@@ -46,6 +50,7 @@ impl Plan {
             bandwidth: ms(250.0),
             costs: CostPlan { rounds: 11, scale },
             checkpoint: ms(2000.0),
+            train_steps: (3000.0 * scale) as usize,
         }
     }
 }
@@ -80,6 +85,8 @@ pub(crate) struct Results {
     pub(crate) costs: Costs,
     /// Trainer step latency without and with a checkpointer, by variant.
     pub(crate) checkpoints: HashMap<CheckpointVariant, CheckpointCells>,
+    /// The wine trainer: median steps/s (and the last round's loss) by (threads, variant).
+    pub(crate) train: HashMap<(usize, TrainVariant), TrainRun>,
 }
 
 fn progress(started: Instant, what: &str) {
@@ -209,6 +216,24 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
     }
     let _ = std::fs::remove_dir_all(&dir);
 
+    progress(started, "a trainer on real data");
+    let wines = wine::wines();
+    let mut train = HashMap::new();
+    for threads in TRAIN_THREADS {
+        let mut runs: HashMap<TrainVariant, Vec<TrainRun>> = HashMap::new();
+        for round in 0..plan.rounds {
+            for variant in rotated(&TrainVariant::ALL, round) {
+                let r = train::run(variant, threads, plan.train_steps, &wines);
+                runs.entry(variant).or_default().push(r);
+            }
+        }
+        for (variant, rs) in runs {
+            let loss = rs.last().expect("rounds").loss;
+            let steps_per_s = median(rs.iter().map(|r| r.steps_per_s).collect());
+            train.insert((threads, variant), TrainRun { steps_per_s, loss });
+        }
+    }
+
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
     for n in SIZES {
@@ -229,6 +254,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         memory,
         costs,
         checkpoints,
+        train,
     }
 }
 

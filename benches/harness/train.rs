@@ -1,0 +1,214 @@
+//! Workload 9 (issue 13): the wine-quality trainer of `examples/train.rs`, against the
+//! same trainer on locks. Threads take minibatch steps until a fixed number is done; a step
+//! reads the parameters, computes the loss and gradients of 32 wines, and applies Adam.
+//!
+//! * mvtensor: `read_all` of the parameters, Adam in one execution (`optim::Optimizer`);
+//! * `Mutex`, whole step: one `std::sync::Mutex` held for the whole step, what TensorFlow's
+//!   thread-safety notes recommend for shared state;
+//! * parking_lot `Mutex`, copy and apply: locked to clone the parameters, then to apply Adam;
+//! * parking_lot `RwLock`: a read lock over the forward and backward pass, a write lock for
+//!   Adam.
+//!
+//! The figures are steps/s and the loss over all wines at the end (the same number of steps
+//! for every variant, so they should agree roughly; with several threads, steps computed from
+//! older parameters make any variant but the whole-step mutex a little different).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use mvtensor::optim::Optimizer;
+use mvtensor::{read_all, Variable};
+use ndarray::{Array2, ArrayD};
+
+use super::optimizer::adam;
+use super::wine::{batch, init, loss_and_grads, Grads};
+
+/// Thread counts of the workload (issue 13: 1, 2 and 4).
+pub const TRAIN_THREADS: [usize; 3] = [1, 2, 4];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrainVariant {
+    Mvtensor,
+    MutexWholeStep,
+    PlMutexCopyApply,
+    PlRwLock,
+}
+
+impl TrainVariant {
+    pub const ALL: [TrainVariant; 4] = [
+        TrainVariant::Mvtensor,
+        TrainVariant::MutexWholeStep,
+        TrainVariant::PlMutexCopyApply,
+        TrainVariant::PlRwLock,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainVariant::Mvtensor => "mvtensor",
+            TrainVariant::MutexWholeStep => "std Mutex, whole step",
+            TrainVariant::PlMutexCopyApply => "parking_lot Mutex, copy + apply",
+            TrainVariant::PlRwLock => "parking_lot RwLock",
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainRun {
+    pub steps_per_s: f64,
+    /// The mean squared error over all wines after the run.
+    pub loss: f32,
+}
+
+/// The locks' state: parameters, Adam's moments, the step count.
+#[derive(Clone)]
+struct State {
+    p: [ArrayD<f32>; 4],
+    m: [ArrayD<f32>; 4],
+    v: [ArrayD<f32>; 4],
+    t: i64,
+}
+
+impl State {
+    fn new() -> Self {
+        let (w1, b1, w2, b2) = init();
+        let p = [w1.into_dyn(), b1.into_dyn(), w2.into_dyn(), b2.into_dyn()];
+        let zeros = p.clone().map(|a| ArrayD::zeros(a.raw_dim()));
+        Self {
+            m: zeros.clone(),
+            v: zeros,
+            p,
+            t: 0,
+        }
+    }
+
+    fn grads(&self, rows: &Array2<f32>) -> Grads {
+        let [w1, b1, w2, b2] = &self.p;
+        let (w1, w2) = (
+            w1.view().into_dimensionality().expect("2-d"),
+            w2.view().into_dimensionality().expect("2-d"),
+        );
+        let (b1, b2) = (
+            b1.view().into_dimensionality().expect("1-d"),
+            b2.view().into_dimensionality().expect("1-d"),
+        );
+        loss_and_grads((&w1, &b1, &w2, &b2), rows).1
+    }
+
+    fn apply(&mut self, g: Grads) {
+        self.t += 1;
+        let g = [
+            g.0.into_dyn(),
+            g.1.into_dyn(),
+            g.2.into_dyn(),
+            g.3.into_dyn(),
+        ];
+        let tensors = self.p.iter_mut().zip(&mut self.m).zip(&mut self.v).zip(&g);
+        for (((p, m), v), g) in tensors {
+            adam(
+                &mut p.view_mut(),
+                &mut m.view_mut(),
+                &mut v.view_mut(),
+                g,
+                self.t,
+            );
+        }
+    }
+}
+
+/// Runs `variant` on `threads` threads until `steps` steps are done.
+pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f32>) -> TrainRun {
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        (i < steps).then_some(i)
+    };
+    let start = Instant::now();
+    let state = match variant {
+        TrainVariant::Mvtensor => {
+            let (w1, b1, w2, b2) = init();
+            let (w1, b1, w2, b2) = (
+                Variable::new(w1),
+                Variable::new(b1),
+                Variable::new(w2),
+                Variable::new(b2),
+            );
+            let opt = Optimizer::adam(1e-3)
+                .param(&w1)
+                .param(&b1)
+                .param(&w2)
+                .param(&b2)
+                .build()
+                .expect("fresh variables");
+            across(threads, || {
+                while let Some(i) = take() {
+                    let p = read_all((&w1, &b1, &w2, &b2));
+                    let (_, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &batch(data, i));
+                    opt.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
+                }
+            });
+            let p = read_all((&w1, &b1, &w2, &b2));
+            [
+                p.0.data().clone(),
+                p.1.data().clone(),
+                p.2.data().clone(),
+                p.3.data().clone(),
+            ]
+        }
+        TrainVariant::MutexWholeStep => {
+            let m = std::sync::Mutex::new(State::new());
+            across(threads, || {
+                while let Some(i) = take() {
+                    let mut s = m.lock().expect("no panic");
+                    let g = s.grads(&batch(data, i));
+                    s.apply(g);
+                }
+            });
+            m.into_inner().expect("no panic").p
+        }
+        TrainVariant::PlMutexCopyApply => {
+            let m = parking_lot::Mutex::new(State::new());
+            across(threads, || {
+                while let Some(i) = take() {
+                    let copy = m.lock().clone();
+                    let g = copy.grads(&batch(data, i));
+                    m.lock().apply(g);
+                }
+            });
+            m.into_inner().p
+        }
+        TrainVariant::PlRwLock => {
+            let l = parking_lot::RwLock::new(State::new());
+            across(threads, || {
+                while let Some(i) = take() {
+                    let g = l.read().grads(&batch(data, i));
+                    l.write().apply(g);
+                }
+            });
+            l.into_inner().p
+        }
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let [w1, b1, w2, b2] = &state;
+    let (w1, w2) = (
+        w1.view().into_dimensionality().expect("2-d"),
+        w2.view().into_dimensionality().expect("2-d"),
+    );
+    let (b1, b2): (ndarray::ArrayView1<f32>, ndarray::ArrayView1<f32>) = (
+        b1.view().into_dimensionality().expect("1-d"),
+        b2.view().into_dimensionality().expect("1-d"),
+    );
+    let (loss, _) = loss_and_grads((&w1, &b1, &w2, &b2), data);
+    assert!(loss.is_finite(), "{} diverged", variant.name());
+    TrainRun {
+        steps_per_s: steps as f64 / seconds,
+        loss,
+    }
+}
+
+fn across(threads: usize, work: impl Fn() + Sync) {
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(&work);
+        }
+    });
+}
