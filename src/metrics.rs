@@ -1,7 +1,7 @@
 //! Shared training metrics (a running loss, examples seen, a step counter) that every thread
 //! updates on every step, without all of them writing one cache line.
 //!
-//! A metric is split into shards, each on a cache line of its own; a thread always records
+//! A metric is split into shards, each a `std::sync::Mutex` on a cache line of its own; a thread always records
 //! into the same shard (threads are spread over the shards in the order they first record),
 //! so threads on different cores rarely touch the same line. A read locks every shard in
 //! order and adds them up: it sees every record that finished before it began and none
@@ -27,7 +27,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Shards per metric: enough that the threads of a big machine rarely share one.
 const SHARDS: usize = 16;
@@ -36,6 +36,14 @@ const SHARDS: usize = 16;
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Shard<T>(Mutex<T>);
+
+impl<T> Shard<T> {
+    /// The shard's lock. A panic while it was held cannot leave a half-made record (a
+    /// record is two plain adds), so a poisoned lock is used as it is.
+    fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// The shard this thread records into: threads are numbered in the order they first record.
 fn my_shard() -> usize {
@@ -91,14 +99,14 @@ impl Sum {
 
     /// Adds `value` (and one to the count).
     pub fn add(&self, value: f64) {
-        let mut shard = self.shards[my_shard()].0.lock();
+        let mut shard = self.shards[my_shard()].lock();
         shard.0 += value;
         shard.1 += 1;
     }
 
     /// The total and count of every add so far, at one moment (see the module docs).
     pub fn read(&self) -> Reading {
-        let guards: Vec<_> = self.shards.iter().map(|s| s.0.lock()).collect();
+        let guards: Vec<_> = self.shards.iter().map(Shard::lock).collect();
         guards.iter().fold(Reading::default(), |r, g| Reading {
             sum: r.sum + g.0,
             count: r.count + g.1,
@@ -107,7 +115,7 @@ impl Sum {
 
     /// Reads and resets to zero at the same moment (a logging interval's total).
     pub fn take(&self) -> Reading {
-        let mut guards: Vec<_> = self.shards.iter().map(|s| s.0.lock()).collect();
+        let mut guards: Vec<_> = self.shards.iter().map(Shard::lock).collect();
         guards.iter_mut().fold(Reading::default(), |r, g| {
             let (sum, count) = std::mem::take(&mut **g);
             Reading {

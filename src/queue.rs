@@ -4,7 +4,7 @@
 //!
 //! A data pipeline feeding trainers is the use: producer threads enqueue batches, trainer
 //! threads dequeue them. Every element has the queue's shape and element type, checked at
-//! enqueue (no broadcasting). It is a `parking_lot` mutex and two condition variables: a
+//! enqueue (no broadcasting). It is a `std::sync` mutex and two condition variables: a
 //! channel crate's close cannot cancel blocked senders selectively or take `n` elements at
 //! once, which `close(cancel_pending_enqueues)` and `dequeue_many` need.
 //!
@@ -33,7 +33,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
-use parking_lot::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{check_shape, Error, QueueProblem, Result};
 use crate::Element;
@@ -66,6 +66,12 @@ struct State<A> {
 }
 
 impl<A: Element> TensorQueue<A> {
+    /// The state's lock. Nothing panics while holding it but an allocation failure, which
+    /// leaves the state whole, so a poisoned lock is used as it is.
+    fn lock(&self) -> MutexGuard<'_, State<A>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// An open, empty queue named `name` (for errors) holding at most `capacity` (at least
     /// one) elements of `shape`.
     pub fn new(name: impl Into<String>, capacity: usize, shape: &[usize]) -> Self {
@@ -163,7 +169,7 @@ impl<A: Element> TensorQueue<A> {
     /// fail. With `cancel_pending_enqueues`, enqueues waiting for room fail too; without,
     /// they still complete as room frees up.
     pub fn close(&self, cancel_pending_enqueues: bool) {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         state.closed = true;
         state.cancelled |= cancel_pending_enqueues;
         self.not_full.notify_all();
@@ -172,17 +178,17 @@ impl<A: Element> TensorQueue<A> {
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
-        self.state.lock().closed
+        self.lock().closed
     }
 
     /// The number of elements in the queue now.
     pub fn len(&self) -> usize {
-        self.state.lock().items.len()
+        self.lock().items.len()
     }
 
     /// The number of enqueues waiting for room now (a producer's back-pressure).
     pub fn pending_enqueues(&self) -> usize {
-        self.state.lock().pending
+        self.lock().pending
     }
 
     /// Whether the queue is empty now.
@@ -197,7 +203,7 @@ impl<A: Element> TensorQueue<A> {
 
     fn put(&self, value: ArrayD<A>, how: Wait) -> Result<()> {
         check_shape(&self.name, &self.shape, value.shape())?;
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if state.closed {
             return Err(self.error(QueueProblem::Closed));
         }
@@ -206,7 +212,8 @@ impl<A: Element> TensorQueue<A> {
                 return Err(self.error(QueueProblem::Closed));
             }
             state.pending += 1;
-            let waited = self.wait(&self.not_full, &mut state, how, QueueProblem::Full);
+            let (back, waited) = self.wait(&self.not_full, state, how, QueueProblem::Full);
+            state = back;
             state.pending -= 1;
             waited?;
         }
@@ -219,12 +226,14 @@ impl<A: Element> TensorQueue<A> {
     }
 
     fn take(&self, n: usize, how: Wait) -> Result<Vec<ArrayD<A>>> {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         while state.items.len() < n.max(1) {
             if state.closed {
                 return Err(self.error(QueueProblem::Closed));
             }
-            self.wait(&self.not_empty, &mut state, how, QueueProblem::Empty)?;
+            let (back, waited) = self.wait(&self.not_empty, state, how, QueueProblem::Empty);
+            state = back;
+            waited?;
         }
         let taken: Vec<_> = state.items.drain(..n).collect();
         // Room for as many waiting enqueuers as were taken; `notify_all` when several.
@@ -237,24 +246,33 @@ impl<A: Element> TensorQueue<A> {
     }
 
     /// Waits on `cond` until notified, as `how` allows: `now` (the queue is full or empty)
-    /// if it may not wait, [`QueueProblem::TimedOut`] once its deadline passed.
-    fn wait(
+    /// if it may not wait, [`QueueProblem::TimedOut`] once its deadline passed. Gives the
+    /// guard back either way.
+    fn wait<'g>(
         &self,
         cond: &Condvar,
-        state: &mut parking_lot::MutexGuard<'_, State<A>>,
+        state: MutexGuard<'g, State<A>>,
         how: Wait,
         now: QueueProblem,
-    ) -> Result<()> {
+    ) -> (MutexGuard<'g, State<A>>, Result<()>) {
         match how {
-            Wait::Block => cond.wait(state),
-            Wait::Not => return Err(self.error(now)),
+            Wait::Block => (
+                cond.wait(state).unwrap_or_else(PoisonError::into_inner),
+                Ok(()),
+            ),
+            Wait::Not => (state, Err(self.error(now))),
             Wait::Until(deadline) => {
-                if cond.wait_until(state, deadline).timed_out() {
-                    return Err(self.error(QueueProblem::TimedOut));
+                let left = deadline.saturating_duration_since(Instant::now());
+                let (state, timeout) = cond
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if timeout.timed_out() && Instant::now() >= deadline {
+                    (state, Err(self.error(QueueProblem::TimedOut)))
+                } else {
+                    (state, Ok(()))
                 }
             }
         }
-        Ok(())
     }
 
     fn error(&self, problem: QueueProblem) -> Error {
@@ -267,7 +285,7 @@ impl<A: Element> TensorQueue<A> {
 
 impl<A: Element> fmt::Debug for TensorQueue<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.state.lock();
+        let state = self.lock();
         f.debug_struct("TensorQueue")
             .field("name", &self.name)
             .field("len", &state.items.len())
