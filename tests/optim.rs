@@ -76,8 +76,22 @@ fn concurrent_adamw_steps_equal_a_serial_replay_bit_for_bit() {
             (1e-2, 0.1, scale),
         );
     }
-    assert_eq!(w.read().as_slice().unwrap(), &p[..]);
-    assert_eq!(b.read().as_slice().unwrap(), &pb[..]);
+    same(w.read().as_slice().unwrap(), &p);
+    same(b.read().as_slice().unwrap(), &pb);
+}
+
+/// Bit for bit; under miri, whose `powi` is nondeterministic in its last bits (so the
+/// optimizer's bias corrections and the reference's differ), to a relative 1e-4.
+fn same(got: &[f32], want: &[f32]) {
+    if cfg!(miri) {
+        let close = got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
+        assert!(close && got.len() == want.len(), "{got:?} != {want:?}");
+    } else {
+        assert_eq!(got, want);
+    }
 }
 
 #[test]
