@@ -25,9 +25,10 @@
 //! ```
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::sync::next_id;
 
 /// Shards per metric: enough that the threads of a big machine rarely share one.
 const SHARDS: usize = 16;
@@ -45,16 +46,15 @@ impl<T> Shard<T> {
     }
 }
 
-/// The shard this thread records into: threads are numbered in the order they first record.
+/// The shard this thread records into, drawn once per thread from the process-wide unique
+/// ids: consecutive threads get consecutive shards.
 fn my_shard() -> usize {
-    // Relaxed: only spreads threads over shards; any numbering is correct.
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
     }
     SHARD.with(|s| {
         if s.get() == usize::MAX {
-            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            s.set((next_id() % SHARDS as u64) as usize);
         }
         s.get()
     })

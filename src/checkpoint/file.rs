@@ -8,7 +8,8 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sync::next_id;
 
 /// Writes `path` through `write`, which fills the temporary file it is given: the temporary
 /// file lives in `path`'s directory (so the rename stays on one file system), is flushed to
@@ -33,15 +34,13 @@ pub(super) fn write_atomically(
 }
 
 /// A name in `path`'s directory that no other save uses: the target's name, this process's
-/// id and a counter.
+/// id and a process-wide unique number.
 fn temporary(path: &Path) -> Result<PathBuf, String> {
-    // Relaxed: only uniqueness matters.
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .ok_or_else(|| "the path names no file".to_owned())?
         .to_string_lossy();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let n = next_id();
     Ok(path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id())))
 }
 
