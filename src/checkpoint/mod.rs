@@ -39,6 +39,12 @@
 //!
 //! let copy = Store::load(&path)?;            // or into a new store
 //! assert_eq!(copy.get::<i64, ndarray::Ix0>("step")?.get(), 0);
+//!
+//! // A chosen set of variables: a store of their own (a variable may be in several stores).
+//! let weights_only = Store::new();
+//! weights_only.register(&w)?;
+//! weights_only.save(dir.join("weights.safetensors"))?;
+//! assert_eq!(Store::load(dir.join("weights.safetensors"))?.len(), 1);
 //! # let _ = step;
 //! # std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
