@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::{Element, Variable};
 
 /// Hogwild SGD: each parameter updated with a combined `scaled_add`, no section; see the
-/// [module docs](self) for the trade-off.
+/// [module docs](crate::optim) for the trade-off.
 #[derive(Debug, Clone)]
 pub struct HogwildSgd<A: Element> {
     lr: A,
