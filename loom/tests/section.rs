@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{run_model, scalar, value};
+use common::{run_model, scalar, spawn_transfer, value};
 use loom::thread;
 use mvtensor::{CriticalSection, Error, Variable};
 
@@ -124,21 +124,7 @@ fn an_execution_becomes_visible_all_at_once() {
     run_model("an_execution_becomes_visible_all_at_once", || {
         let a = scalar(10);
         let b = scalar(0);
-        let cs = CriticalSection::builder()
-            .resource(&a)
-            .resource(&b)
-            .build()
-            .unwrap();
-        let writer = {
-            let (a, b) = (a.clone(), b.clone());
-            thread::spawn(move || {
-                cs.execute(|tx| {
-                    tx.assign_sub(&a, &value(3))?;
-                    tx.assign_add(&b, &value(3))
-                })
-                .unwrap();
-            })
-        };
+        let writer = spawn_transfer(&a, &b, 3);
         let seen_a = a.read()[[]];
         let seen_b = b.read()[[]];
         if seen_a == 7 {

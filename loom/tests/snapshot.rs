@@ -8,9 +8,9 @@
 
 mod common;
 
-use common::{run_model, value};
+use common::{run_model, spawn_transfer, value};
 use loom::thread;
-use mvtensor::{CriticalSection, Store};
+use mvtensor::Store;
 use ndarray::IxDyn;
 
 #[test]
@@ -19,18 +19,7 @@ fn a_snapshot_never_sees_half_a_transfer() {
         let store = std::sync::Arc::new(Store::new());
         let a = store.variable("a", value(10)).unwrap();
         let b = store.variable("b", value(0)).unwrap();
-        let cs = CriticalSection::builder()
-            .resource(&a)
-            .resource(&b)
-            .build()
-            .unwrap();
-        let writer = thread::spawn(move || {
-            cs.execute(|tx| {
-                tx.assign_sub(&a, &value(4))?;
-                tx.assign_add(&b, &value(4))
-            })
-            .unwrap();
-        });
+        let writer = spawn_transfer(&a, &b, 4);
         let snap = store.snapshot();
         let (sa, sb) = (
             snap.get::<i64, IxDyn>("a").unwrap()[[]],
@@ -104,21 +93,7 @@ fn read_all_never_sees_half_a_transfer() {
     run_model("read_all_never_sees_half_a_transfer", || {
         let a = mvtensor::Variable::new(value(10));
         let b = mvtensor::Variable::new(value(0));
-        let cs = CriticalSection::builder()
-            .resource(&a)
-            .resource(&b)
-            .build()
-            .unwrap();
-        let writer = {
-            let (a, b) = (a.clone(), b.clone());
-            thread::spawn(move || {
-                cs.execute(|tx| {
-                    tx.assign_sub(&a, &value(4))?;
-                    tx.assign_add(&b, &value(4))
-                })
-                .unwrap();
-            })
-        };
+        let writer = spawn_transfer(&a, &b, 4);
         let (sa, sb) = mvtensor::read_all((&a, &b));
         assert_eq!(
             sa[[]] + sb[[]],

@@ -1,8 +1,10 @@
-//! Shared by the loom models: one way to run a model, one way to make a scalar variable.
+//! Shared by the loom models: one way to run a model, one way to make a scalar variable,
+//! one transfer between two of them.
 
 #![allow(dead_code)] // each test file uses a different subset
 
-use mvtensor::Variable;
+use loom::thread::{self, JoinHandle};
+use mvtensor::{CriticalSection, Variable};
 use ndarray::{arr0, ArrayD};
 
 /// Runs `f` under loom with a preemption bound (default 2, `LOOM_MAX_PREEMPTIONS` overrides).
@@ -29,4 +31,22 @@ pub fn scalar(x: i64) -> Variable<i64> {
 
 pub fn value(x: i64) -> ArrayD<i64> {
     arr0(x).into_dyn()
+}
+
+/// Spawns a thread that moves `amount` from `a` to `b` in one execution of a section over
+/// both (built here, before the spawn).
+pub fn spawn_transfer(a: &Variable<i64>, b: &Variable<i64>, amount: i64) -> JoinHandle<()> {
+    let cs = CriticalSection::builder()
+        .resource(a)
+        .resource(b)
+        .build()
+        .unwrap();
+    let (a, b) = (a.clone(), b.clone());
+    thread::spawn(move || {
+        cs.execute(|tx| {
+            tx.assign_sub(&a, &value(amount))?;
+            tx.assign_add(&b, &value(amount))
+        })
+        .unwrap();
+    })
 }
