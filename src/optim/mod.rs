@@ -44,6 +44,7 @@ mod soft;
 use std::borrow::Cow;
 
 use ndarray::{ArrayD, Dimension, Ix0, IxDyn, NdFloat};
+use smallvec::SmallVec;
 
 pub use grads::{Gradient, Gradients};
 pub use hogwild::HogwildSgd;
@@ -288,17 +289,19 @@ impl<A: Element + NdFloat> Optimizer<A> {
                 t[()]
             };
             for (i, (shape, g)) in grads.iter().enumerate() {
-                let p = &self.params[i];
-                check_shape(p.name(), tx.read(p)?.shape(), shape)?;
-                let mut p = tx.write(p)?;
+                let param = &self.params[i];
+                let mut p = tx.write(param)?;
+                // A misfit fails the execution, which rolls back every write before it.
+                check_shape(param.name(), p.shape(), shape)?;
                 let p = p
                     .as_slice_mut()
                     .expect("working copies are in standard layout");
+                // At most two state tensors per parameter: no allocation per step.
                 let mut state = self.state[i]
                     .iter()
                     .map(|s| tx.write(s))
-                    .collect::<Result<Vec<_>>>()?;
-                let mut state: Vec<&mut [A]> = state
+                    .collect::<Result<SmallVec<[_; 2]>>>()?;
+                let mut state: SmallVec<[&mut [A]; 2]> = state
                     .iter_mut()
                     .map(|s| {
                         s.as_slice_mut()

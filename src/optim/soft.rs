@@ -61,8 +61,8 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
         let online = read_all(&self.online[..]);
         self.section.execute(|tx| {
             for (target, online) in self.targets.iter().zip(&online) {
-                check_shape(target.name(), &target.shape(), online.shape())?;
                 let mut t = tx.write(target)?;
+                check_shape(target.name(), t.shape(), online.shape())?; // rolls back if not
                 Zip::from(&mut *t)
                     .and(&**online)
                     .for_each(|t, &o| *t = tau * o + (A::one() - tau) * *t);
