@@ -425,3 +425,30 @@ impl Report<'_> {
         }
     }
 }
+
+/// mvtensor ÷ the best lock at each thread count, the worst of them, and the ratios as
+/// "a/b/c" for a goal's measured column.
+pub(crate) struct ByThreads {
+    pub(crate) ratios: Vec<(usize, f64)>,
+    pub(crate) worst: (usize, f64),
+}
+
+impl ByThreads {
+    pub(crate) fn new(threads: &[usize], ratio: impl Fn(usize) -> f64) -> Self {
+        let ratios: Vec<(usize, f64)> = threads.iter().map(|&t| (t, ratio(t))).collect();
+        let worst = *ratios
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("thread counts");
+        Self { ratios, worst }
+    }
+
+    pub(crate) fn joined(&self) -> String {
+        let rs: Vec<_> = self.ratios.iter().map(|r| format!("{:.2}", r.1)).collect();
+        rs.join("/")
+    }
+
+    pub(crate) fn all_at_least(&self, x: f64) -> bool {
+        self.ratios.iter().all(|r| r.1 >= x)
+    }
+}

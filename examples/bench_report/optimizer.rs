@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::format::{latency, rate, ratio};
-use crate::goals::Goal;
+use crate::goals::{ByThreads, Goal};
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS, SHAPES};
 use crate::report::Report;
 
@@ -55,29 +55,16 @@ impl Report<'_> {
 
     /// Adam in one execution: at least 0.8x a mutex-guarded Adam updating in place, 1-4 threads.
     pub(crate) fn goal_optimizer(&self) -> Goal {
-        let rs: Vec<(usize, f64)> = OPTIMIZER_THREADS
-            .iter()
-            .map(|&t| {
-                let mv = self.optimizer(t, OptimizerVariant::Mvtensor);
-                (t, mv / self.best_optimizer_lock(t).1)
-            })
-            .collect();
-        let worst = rs
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .expect("thread counts");
+        let by = ByThreads::new(&OPTIMIZER_THREADS, |t| {
+            self.optimizer(t, OptimizerVariant::Mvtensor) / self.best_optimizer_lock(t).1
+        });
+        let worst = by.worst;
         let ns = |x: f64| (1e9 / x) as u64;
         Goal {
             name: "Adam step over a small model (issue 9)".into(),
             target: "≥ 0.8x the best mutex, 1-4 threads".into(),
-            measured: format!(
-                "at 1/2/4 threads: {}x",
-                rs.iter()
-                    .map(|r| format!("{:.2}", r.1))
-                    .collect::<Vec<_>>()
-                    .join("/")
-            ),
-            met: rs.iter().all(|r| r.1 >= 0.8),
+            measured: format!("at 1/2/4 threads: {}x", by.joined()),
+            met: by.all_at_least(0.8),
             why: format!(
                 "{:.2}x at worst ({} threads). One thread: a step took {} against {} under the \
                  best mutex. The arithmetic is the same; on top of it each step copies the 12 \

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::format::{rate, ratio};
-use crate::goals::Goal;
+use crate::goals::{ByThreads, Goal};
 use crate::harness::train::{TrainRun, TrainVariant, TRAIN_THREADS};
 use crate::report::Report;
 
@@ -74,32 +74,17 @@ impl Report<'_> {
 
     /// The trainer: at least as many steps/s as the best lock, 1-4 threads.
     pub(crate) fn goal_train(&self) -> Goal {
-        let rs: Vec<(usize, f64)> = TRAIN_THREADS
-            .iter()
-            .map(|&t| {
-                (
-                    t,
-                    self.train(t, TrainVariant::Mvtensor).steps_per_s / self.best_train_lock(t).1,
-                )
-            })
-            .collect();
-        let worst = rs
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .expect("thread counts");
+        let by = ByThreads::new(&TRAIN_THREADS, |t| {
+            self.train(t, TrainVariant::Mvtensor).steps_per_s / self.best_train_lock(t).1
+        });
+        let worst = by.worst;
         let one = self.train(1, TrainVariant::Mvtensor).steps_per_s;
         let (lock, l) = self.best_train_lock(1);
         Goal {
             name: "A trainer on real data (issue 13)".into(),
             target: "≥ 1.0x the best lock's steps/s, 1-4 threads".into(),
-            measured: format!(
-                "at 1/2/4 threads: {}x",
-                rs.iter()
-                    .map(|r| format!("{:.2}", r.1))
-                    .collect::<Vec<_>>()
-                    .join("/")
-            ),
-            met: rs.iter().all(|r| r.1 >= 1.0),
+            measured: format!("at 1/2/4 threads: {}x", by.joined()),
+            met: by.all_at_least(1.0),
             why: format!(
                 "{:.2}x at worst ({} threads). With one thread, where no lock is ever contended, \
                  a step took {:.1} µs against {:.1} µs ({}): the model is small (1.7 k \
