@@ -126,6 +126,21 @@
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+/// Invokes `$m!(T1)`, `$m!(T1, T2)`, ... up to eight: the tuple impls of `read_all`'s and
+/// the optimizers' argument traits.
+macro_rules! tuples_up_to_eight {
+    ($m:ident) => {
+        $m!(T1);
+        $m!(T1, T2);
+        $m!(T1, T2, T3);
+        $m!(T1, T2, T3, T4);
+        $m!(T1, T2, T3, T4, T5);
+        $m!(T1, T2, T3, T4, T5, T6);
+        $m!(T1, T2, T3, T4, T5, T6, T7);
+        $m!(T1, T2, T3, T4, T5, T6, T7, T8);
+    };
+}
+
 mod announce;
 pub mod checkpoint;
 mod combine;

@@ -72,11 +72,4 @@ macro_rules! tuple {
     };
 }
 
-tuple!(T1);
-tuple!(T1, T2);
-tuple!(T1, T2, T3);
-tuple!(T1, T2, T3, T4);
-tuple!(T1, T2, T3, T4, T5);
-tuple!(T1, T2, T3, T4, T5, T6);
-tuple!(T1, T2, T3, T4, T5, T6, T7);
-tuple!(T1, T2, T3, T4, T5, T6, T7, T8);
+tuples_up_to_eight!(tuple);
