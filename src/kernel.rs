@@ -138,7 +138,7 @@ fn fill_chunk<A: Element>(
 
 /// `out[i] = out[i] ⊕ delta[i]`; both have the same length.
 #[inline(always)]
-fn accumulate<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
+pub(crate) fn accumulate<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
     debug_assert_eq!(out.len(), delta.len());
     // The op is matched once, outside the loops, so each loop is plain arithmetic.
     match op {

@@ -154,6 +154,7 @@ mod kernel;
 mod limbo;
 pub mod metrics;
 pub mod optim;
+mod paged;
 mod pool;
 pub mod queue;
 mod read_all;
@@ -171,6 +172,9 @@ mod version;
 
 pub use element::{DType, Element};
 pub use error::{Error, QueueProblem, Result};
+pub use paged::{
+    OwnedPagedSnapshot, PagedSnapshot, PagedStats, PagedTable, PagedVariable, PagedVariableBuilder,
+};
 pub use read_all::{read_all, ReadSet};
 pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef};
 pub use snapshot::{OwnedSnapshot, Snapshot};

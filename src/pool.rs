@@ -287,7 +287,7 @@ fn orphans() -> &'static AtomicPtr<Link> {
 ///
 /// # Safety
 /// `link` heads a version that is exclusively the caller's.
-unsafe fn orphan(link: *mut Link) {
+pub(crate) unsafe fn orphan(link: *mut Link) {
     #[cfg(mvtensor_loom)]
     // SAFETY: exclusively ours (see `orphans`).
     unsafe {

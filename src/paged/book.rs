@@ -1,0 +1,405 @@
+//! The book of a paged variable: which table owns which page, and the pages ready for reuse.
+//!
+//! Only the holder of the variable's combiner flag (the one writer at a time) touches a book,
+//! so it needs no synchronisation of its own; what crosses threads is each table's count.
+//!
+//! **Who owns a page.** A write copies the chunks and pages it touches and shares the rest
+//! with the version before. So a page is used by a contiguous run of versions `k..=n`: from
+//! the write that made it to the version before the write that replaced it. The book keeps
+//! every table not yet reused in order, oldest first (the newest is the head), and hands each
+//! page and chunk a write replaces to the *replaced* version's entry (`last_used`). A version
+//! is reused, with the pages it was last to use, once its count is zero **and** every older
+//! version has been reused: then no live version can reach those pages. Every chunk and page
+//! is thus in exactly one place: reachable from the head, in some entry's `last_used`, or
+//! spare. So with no snapshot held, a paged variable owns its table (the head's pages), the
+//! pages of the versions still waiting out their grace period (a few writes' worth; see
+//! docs/design.md) and at most `3k + 8` spare pages, `k` being the pages the last write touched.
+//!
+//! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
+//! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
+//! only decrements; the writer finds the zero when it next [`reclaim`](Book::reclaim)s. The
+//! book itself lives as long as its variable or any counted table: `holders` counts the
+//! variable and every table with a non-zero count, and the release that takes it to zero
+//! hands the book to the crate's orphan list (one push), which writers free. A reader's pin
+//! never frees memory, takes a lock or runs a destructor of ours.
+
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::Arc;
+
+use super::table::{Chunk, Layout, Page, PagedTable, PAGES_PER_CHUNK};
+use crate::kernel::{accumulate, Delta};
+use crate::pool::{orphan, Link};
+use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::Element;
+
+/// Spare tables (each with its directory) a book keeps.
+const SPARE_TABLES: usize = 4;
+
+/// One table not yet reused, and the chunks and pages no newer table reaches.
+struct Kept<A: Element> {
+    table: *mut PagedTable<A>,
+    last_used: Vec<Piece<A>>,
+}
+
+enum Piece<A> {
+    Page(Page<A>),
+    Chunk(Chunk<A>),
+}
+
+/// See the module docs. Shared by the variable and its tables; only `holders` is touched
+/// from several threads, and the writer's state is a [`Ledger`] behind an `UnsafeCell`.
+#[repr(C)] // `link` first: the orphan list holds books by it
+pub(crate) struct Book<A: Element> {
+    link: Link,
+    /// The variable, plus every table whose count is not zero.
+    holders: AtomicUsize,
+    ledger: UnsafeCell<Ledger<A>>,
+    /// Pages allocated and not freed (in tables, waiting, or spare), for `stats`.
+    pub(crate) pages: Arc<AtomicUsize>,
+}
+
+/// The writer's side of a book: only the combiner flag's holder touches it.
+pub(crate) struct Ledger<A: Element> {
+    /// The book this ledger is in, with the provenance of its allocation: tables point to it.
+    book: *const Book<A>,
+    layout: Arc<Layout>,
+    tables: VecDeque<Kept<A>>,
+    spare_pages: Vec<Page<A>>,
+    spare_chunks: Vec<Chunk<A>>,
+    #[allow(clippy::vec_box)] // tables are handed out as `Box` pointers: they stay boxed here
+    spare_tables: Vec<Box<PagedTable<A>>>,
+    /// Emptied `last_used` vectors, so that a steady write allocates nothing.
+    spare_lists: Vec<Vec<Piece<A>>>,
+    /// Pages and chunks replaced by the last write.
+    last_write: usize,
+    pages: Arc<AtomicUsize>,
+}
+
+impl<A: Element> Book<A> {
+    /// A book whose one table (version 0, count 1: the head's) holds `init`'s rows, in
+    /// standard order. Returns the leaked book and the table.
+    pub(crate) fn new(layout: Arc<Layout>, init: &[A]) -> (*const Self, *mut PagedTable<A>) {
+        let pages = Arc::new(AtomicUsize::new(0));
+        let book = Box::into_raw(Box::new(Self {
+            link: Link::new::<Self>(),
+            holders: AtomicUsize::new(2),
+            ledger: UnsafeCell::new(Ledger {
+                book: ptr::null(),
+                layout: Arc::clone(&layout),
+                tables: VecDeque::new(),
+                spare_pages: Vec::new(),
+                spare_chunks: Vec::new(),
+                spare_tables: Vec::new(),
+                spare_lists: Vec::new(),
+                last_write: 0,
+                pages: Arc::clone(&pages),
+            }),
+            pages,
+        }));
+        // SAFETY: just leaked, ours alone until it is published.
+        let this = unsafe { &mut *(*book).ledger.get() };
+        this.book = book;
+        let table = this.table(0);
+        // SAFETY: a fresh table is ours alone.
+        let t = unsafe { &mut *table };
+        for c in 0..layout.chunks {
+            let chunk = this.chunk();
+            t.dir[c] = chunk;
+            for i in 0..PAGES_PER_CHUNK.min(layout.pages - c * PAGES_PER_CHUNK) {
+                let p = c * PAGES_PER_CHUNK + i;
+                let page = this.page();
+                let n = layout.rows_in(p) * layout.width;
+                let from = p * layout.page_len;
+                // SAFETY: a fresh page of `page_len >= n` elements, ours alone; a fresh
+                // chunk has `PAGES_PER_CHUNK > i` entries.
+                unsafe {
+                    std::slice::from_raw_parts_mut(page, n).copy_from_slice(&init[from..from + n]);
+                    *chunk.add(i) = page;
+                }
+            }
+        }
+        this.keep(table);
+        (book, table)
+    }
+
+    /// The writer's state.
+    ///
+    /// # Safety
+    /// The caller holds the variable's combiner flag (or is the book's last holder), and
+    /// drops the borrow before letting go.
+    #[allow(clippy::mut_from_ref)] // the flag is what makes it exclusive
+    pub(crate) unsafe fn ledger(&self) -> &mut Ledger<A> {
+        // SAFETY: the caller's contract.
+        unsafe { &mut *self.ledger.get() }
+    }
+}
+
+impl<A: Element> Ledger<A> {
+    /// Builds the next version from `old` (the head) and `deltas` (checked, in arrival
+    /// order): copies the chunks and pages they touch, applies them, and returns the new
+    /// table (count 1, for the head) for the caller to publish.
+    ///
+    /// # Safety
+    /// `old` is the head, this book's newest table; the caller holds the combiner flag.
+    pub(crate) unsafe fn build(
+        &mut self,
+        old: *mut PagedTable<A>,
+        deltas: &[Delta<'_, A>],
+    ) -> *mut PagedTable<A> {
+        let layout = Arc::clone(&self.layout);
+        // SAFETY: the head is counted, so alive, and never written.
+        let old_ref = unsafe { &*old };
+        let new = self.table(old_ref.number + 1);
+        // SAFETY: a fresh table is ours alone until published.
+        let t = unsafe { &mut *new };
+        t.dir.copy_from_slice(&old_ref.dir);
+        // The head's list is empty (nothing replaced it yet) and keeps its capacity.
+        let mut replaced = std::mem::take(&mut self.tables.back_mut().expect("kept").last_used);
+        for delta in deltas {
+            match delta.rows {
+                None => (0..layout.pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
+                Some(rows) => rows.iter().for_each(|&row| {
+                    self.own(t, old_ref, row / layout.rows_per_page, &mut replaced)
+                }),
+            }
+        }
+        for delta in deltas {
+            apply(t, &layout, delta);
+        }
+        self.last_write = replaced.len();
+        let back = self.tables.back_mut().expect("the head is kept");
+        debug_assert_eq!(back.table, old);
+        back.last_used = replaced;
+        // Relaxed: the book is freed only after the variable's own hold goes, which is after
+        // this (same thread, or published with the variable's drop).
+        // SAFETY: the book outlives its ledger.
+        unsafe { &*self.book }
+            .holders
+            .fetch_add(1, Ordering::Relaxed);
+        self.keep(new);
+        new
+    }
+
+    /// Gives `new` its own copy of page `p` (and of its chunk), unless it has one already.
+    fn own(
+        &mut self,
+        new: &mut PagedTable<A>,
+        old: &PagedTable<A>,
+        p: usize,
+        replaced: &mut Vec<Piece<A>>,
+    ) {
+        let (c, i) = (p / PAGES_PER_CHUNK, p % PAGES_PER_CHUNK);
+        if new.dir[c] == old.dir[c] {
+            let chunk = self.chunk();
+            // SAFETY: both chunks have `PAGES_PER_CHUNK` entries; the old one is live and
+            // never written, the new one ours alone.
+            unsafe { ptr::copy_nonoverlapping(old.dir[c], chunk, PAGES_PER_CHUNK) };
+            replaced.push(Piece::Chunk(old.dir[c]));
+            new.dir[c] = chunk;
+        }
+        // SAFETY: `new.dir[c]` is this write's own chunk (above); the old chunk is live.
+        let (slot, old_page) = unsafe { (new.dir[c].add(i), *old.dir[c].add(i)) };
+        // SAFETY: `slot` is in our own chunk.
+        if unsafe { *slot } == old_page {
+            let page = self.page();
+            // SAFETY: both pages have `page_len` elements; the old one is live, the new ours.
+            unsafe {
+                ptr::copy_nonoverlapping(old_page, page, self.layout.page_len);
+                *slot = page;
+            }
+            replaced.push(Piece::Page(old_page));
+        }
+    }
+
+    /// Reuses, oldest first, every table whose count is zero and whose elders are all
+    /// reused, with the chunks and pages it was last to use; then trims the spares.
+    pub(crate) fn reclaim(&mut self) {
+        while self.tables.len() > 1 {
+            let front = self.tables.front().expect("len > 1");
+            // SAFETY: kept tables are alive (the book owns them).
+            // Acquire: pairs with the Release decrement of its last holder, whose reads of
+            // the table's pages then happen-before we reuse them.
+            if unsafe { &*front.table }.refs.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            let Kept {
+                table,
+                mut last_used,
+            } = self.tables.pop_front().expect("len > 1");
+            for piece in last_used.drain(..) {
+                match piece {
+                    Piece::Page(page) => self.spare_pages.push(page),
+                    Piece::Chunk(chunk) => self.spare_chunks.push(chunk),
+                }
+            }
+            self.spare_lists.push(last_used);
+            // SAFETY: a kept table came from `Box::into_raw`, and nobody reaches it now.
+            self.spare_tables.push(unsafe { Box::from_raw(table) });
+        }
+        let keep = 3 * self.last_write + 8;
+        while self.spare_pages.len() > keep {
+            let page = self.spare_pages.pop().expect("len > keep");
+            // SAFETY: a spare page is ours alone.
+            unsafe { self.free_page(page) };
+        }
+        while self.spare_chunks.len() > keep {
+            let chunk = self.spare_chunks.pop().expect("len > keep");
+            // SAFETY: as above.
+            unsafe { free_chunk(chunk) };
+        }
+        self.spare_tables.truncate(SPARE_TABLES);
+        self.spare_lists.truncate(SPARE_TABLES);
+    }
+
+    fn keep(&mut self, table: *mut PagedTable<A>) {
+        let last_used = self.spare_lists.pop().unwrap_or_default();
+        self.tables.push_back(Kept { table, last_used });
+    }
+
+    /// A table struct with a directory of the layout's length (contents stale), count 1.
+    fn table(&mut self, number: u64) -> *mut PagedTable<A> {
+        let mut table = self.spare_tables.pop().unwrap_or_else(|| {
+            Box::new(PagedTable {
+                number: 0,
+                dir: vec![ptr::null_mut(); self.layout.chunks].into_boxed_slice(),
+                refs: AtomicUsize::new(0),
+                book: self.book,
+                layout: Arc::clone(&self.layout),
+            })
+        });
+        table.number = number;
+        table.refs = AtomicUsize::new(1);
+        Box::into_raw(table)
+    }
+
+    fn page(&mut self) -> Page<A> {
+        self.spare_pages.pop().unwrap_or_else(|| {
+            // Relaxed: a statistic.
+            self.pages.fetch_add(1, Ordering::Relaxed);
+            Box::into_raw(vec![A::default(); self.layout.page_len].into_boxed_slice()).cast()
+        })
+    }
+
+    fn chunk(&mut self) -> Chunk<A> {
+        self.spare_chunks.pop().unwrap_or_else(|| {
+            Box::into_raw(vec![ptr::null_mut::<A>(); PAGES_PER_CHUNK].into_boxed_slice()).cast()
+        })
+    }
+
+    /// # Safety
+    /// `page` came from [`page`](Self::page) and is ours alone.
+    unsafe fn free_page(&self, page: Page<A>) {
+        // Relaxed: a statistic.
+        self.pages.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract: a leaked `Box<[A]>` of `page_len` elements.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(page, self.layout.page_len)) });
+    }
+}
+
+/// # Safety
+/// `chunk` came from [`Book::chunk`] and is ours alone.
+unsafe fn free_chunk<A>(chunk: Chunk<A>) {
+    // SAFETY: the caller's contract: a leaked `Box<[Page<A>]>` of `PAGES_PER_CHUNK` entries.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(chunk, PAGES_PER_CHUNK)) });
+}
+
+/// Applies one checked delta to the pages `new` owns (every page it touches is its own).
+fn apply<A: Element>(new: &PagedTable<A>, layout: &Layout, delta: &Delta<'_, A>) {
+    let page_mut = |p: usize| {
+        // SAFETY: `build` copied every page this delta touches into `new`, which nobody else
+        // can reach yet, so the page is ours to write.
+        unsafe { std::slice::from_raw_parts_mut(new.page_ptr(p), layout.page_len) }
+    };
+    match delta.rows {
+        None => {
+            for p in 0..layout.pages {
+                let n = layout.rows_in(p) * layout.width;
+                let from = p * layout.page_len;
+                accumulate(&mut page_mut(p)[..n], &delta.data[from..from + n], delta.op);
+            }
+        }
+        Some(rows) if layout.width > 0 => {
+            for (&row, values) in rows.iter().zip(delta.data.chunks_exact(layout.width)) {
+                let start = (row % layout.rows_per_page) * layout.width;
+                let page = page_mut(row / layout.rows_per_page);
+                accumulate(&mut page[start..start + layout.width], values, delta.op);
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// Drops one count of `table`; the last count of the last table of a dropped variable hands
+/// its book to the orphan list. Never frees anything itself.
+///
+/// # Safety
+/// The caller owns one count of `table`, and gives it up.
+pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
+    // Read before the decrement: once the count is zero the writer may reuse the table. The
+    // book outlives this call: our count keeps it among the book's holders until below.
+    // SAFETY: our count keeps the table alive until the decrement.
+    let book = unsafe { (*table).book };
+    // Release: our reads of the table happen-before the writer that sees zero reuses it.
+    // SAFETY: as above.
+    if unsafe { &*table }.refs.fetch_sub(1, Ordering::Release) == 1 {
+        // SAFETY: `book` is alive while it counts this table among its holders.
+        unsafe { let_go(book) };
+    }
+}
+
+/// Drops one of the book's holders; the last hands the book to the orphan list.
+///
+/// # Safety
+/// The caller is one of the book's holders, and stops being one.
+pub(crate) unsafe fn let_go<A: Element>(book: *const Book<A>) {
+    // Release: our use of the book happens-before whoever frees it.
+    // SAFETY: a holder keeps the book alive.
+    if unsafe { &*book }.holders.fetch_sub(1, Ordering::Release) == 1 {
+        // Acquire: pairs with every other holder's Release decrement.
+        fence(Ordering::Acquire);
+        // SAFETY: the last holder: the book is ours, and its `link` is its first field.
+        unsafe { orphan(book.cast_mut().cast::<Link>()) };
+    }
+}
+
+impl<A: Element> Drop for Ledger<A> {
+    /// Runs once no table is counted: frees every table, chunk and page (each is in exactly
+    /// one place: reachable from the newest table, in an entry's `last_used`, or spare).
+    fn drop(&mut self) {
+        let layout = Arc::clone(&self.layout);
+        if let Some(head) = self.tables.back() {
+            // SAFETY: kept tables are alive.
+            let head = unsafe { &*head.table };
+            for (c, &chunk) in head.dir.iter().enumerate() {
+                for i in 0..PAGES_PER_CHUNK.min(layout.pages - c * PAGES_PER_CHUNK) {
+                    // SAFETY: reachable from the newest table, so in no other place.
+                    unsafe { self.free_page(*chunk.add(i)) };
+                }
+                // SAFETY: as above.
+                unsafe { free_chunk(chunk) };
+            }
+        }
+        for kept in std::mem::take(&mut self.tables) {
+            for piece in kept.last_used {
+                match piece {
+                    // SAFETY: in one `last_used` only.
+                    Piece::Page(page) => unsafe { self.free_page(page) },
+                    // SAFETY: as above.
+                    Piece::Chunk(chunk) => unsafe { free_chunk(chunk) },
+                }
+            }
+            // SAFETY: a kept table came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(kept.table) });
+        }
+        for page in std::mem::take(&mut self.spare_pages) {
+            // SAFETY: spare: ours alone.
+            unsafe { self.free_page(page) };
+        }
+        for chunk in self.spare_chunks.drain(..) {
+            // SAFETY: as above.
+            unsafe { free_chunk(chunk) };
+        }
+    }
+}

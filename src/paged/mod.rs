@@ -1,0 +1,395 @@
+//! Paged variables: large tables (embeddings, sparse linear models) whose row updates copy
+//! only the pages they touch.
+//!
+//! A [`Variable`](crate::Variable) is one dense version: any write, a row update included,
+//! copies the whole tensor. A [`PagedVariable`] stores each version as a two-level table of
+//! pages ([`table`]): a write copies the directory, the chunks and the pages it touches, and
+//! shares every other page with the version before. Readers see the same promises as on a
+//! dense variable: a snapshot never changes, a read is a pin and a load and never waits.
+//! Writers are combined as dense deltas are (one new version for every write pending at
+//! once, in arrival order), and reclamation is the book's ([`book`]): a version's pages are
+//! reused once no live version reaches them, and a reader's pin never frees anything.
+
+mod book;
+mod snapshot;
+mod table;
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use ndarray::{Array, ArrayRef, Dimension};
+
+use self::book::Book;
+pub use self::snapshot::{OwnedPagedSnapshot, PagedSnapshot};
+use self::table::Layout;
+pub use self::table::PagedTable;
+use crate::combine::{Combiner, Publish};
+use crate::error::{check_has_rows, check_rows, check_shape, Result};
+use crate::kernel::{standard_elements, Delta, Op};
+use crate::pool::free_orphans;
+use crate::sync::{epoch, next_id, AtomicPtr, AtomicUsize, Ordering};
+use crate::Element;
+
+/// A tensor whose first axis is rows, stored in pages, for sparse updates of large tables:
+/// a row write copies the pages it touches, not the tensor.
+///
+/// ```
+/// use mvtensor::PagedVariable;
+/// use ndarray::{arr2, Array2};
+///
+/// // 100,000 embeddings of 64 f32 (25 MiB); a step changes a few rows.
+/// let table = PagedVariable::new(Array2::<f32>::zeros((100_000, 64)))?;
+/// let grads = Array2::<f32>::ones((3, 64));
+/// table.scatter_scaled_add(-0.1, &[7, 42, 7], &grads)?; // row 7 twice
+///
+/// let snapshot = table.read();
+/// assert_eq!(snapshot.row(7)?[[0]], -0.2);
+/// assert_eq!(snapshot.gather(&[42, 0])?.shape(), &[2, 64]);
+/// assert_eq!(snapshot.version(), 1);
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
+///
+/// **Costs.** A write of `k` rows copies at most `k` pages of
+/// [`rows_per_page`](PagedVariableBuilder::rows_per_page) rows (1 KiB worth by default),
+/// `k` chunks of 64 page pointers, and the directory (one pointer per 64 pages). Dense
+/// writes ([`assign_add`](Self::assign_add), [`assign`](Self::assign)) copy every page, as a
+/// dense variable's do; reading the whole tensor as one ndarray is an explicit copy
+/// ([`PagedTable::to_array`]).
+///
+/// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
+/// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
+/// write pushes the epoch forward, so about two writes' worth), and at most `3k + 8` spare
+/// pages for a write of `k`. An [`OwnedPagedSnapshot`] keeps its version's pages, and
+/// (versions are reused oldest first) the pages every later write replaced, until it is
+/// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
+///
+/// Paged variables are not (yet) members of a [`Store`](crate::Store) or resources of a
+/// [`CriticalSection`](crate::CriticalSection).
+pub struct PagedVariable<A: Element> {
+    inner: Arc<Inner<A>>,
+}
+
+struct Inner<A: Element> {
+    layout: Arc<Layout>,
+    /// The newest table; only the combiner flag's holder stores it.
+    head: AtomicPtr<PagedTable<A>>,
+    /// Touched only by the combiner flag's holder (and by `drop`).
+    book: *const Book<A>,
+    combiner: Combiner<A>,
+    pages: Arc<AtomicUsize>,
+}
+
+// SAFETY: the book is touched by one writer at a time (the combiner flag's holder); tables
+// are immutable once published; everything else is atomic or immutable.
+unsafe impl<A: Element> Send for Inner<A> {}
+// SAFETY: as above.
+unsafe impl<A: Element> Sync for Inner<A> {}
+
+/// How a [`PagedVariable`] is built: its name and page size.
+#[derive(Debug)]
+pub struct PagedVariableBuilder<A: Element, D: Dimension> {
+    init: Array<A, D>,
+    name: Option<String>,
+    rows_per_page: Option<usize>,
+}
+
+impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
+    /// Names the variable; the name appears in every error about it (default `paged#<id>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Rows per page (at least 1): what a row write copies at least. By default, as many
+    /// rows as fit in 1 KiB (at least one): small pages copy little per sparse write; large
+    /// ones make the directory and dense writes cheaper.
+    pub fn rows_per_page(mut self, rows: usize) -> Self {
+        self.rows_per_page = Some(rows.max(1));
+        self
+    }
+
+    /// Creates the variable; its initial value is version 0.
+    ///
+    /// # Errors
+    /// [`Error::RankMismatch`](crate::Error::RankMismatch) for a 0-d array (it has no rows).
+    pub fn build(self) -> Result<PagedVariable<A>> {
+        let name: Arc<str> = match self.name {
+            Some(name) => name.into(),
+            None => format!("paged#{}", next_id()).into(),
+        };
+        check_has_rows(&name, self.init.shape())?;
+        let layout = Arc::new(Layout::new::<A>(
+            name,
+            self.init.shape(),
+            self.rows_per_page,
+        ));
+        let init = standard_elements(&self.init);
+        let (book, head) = Book::new(Arc::clone(&layout), &init);
+        // SAFETY: just built, and ours.
+        let pages = Arc::clone(&unsafe { &*book }.pages);
+        Ok(PagedVariable {
+            inner: Arc::new(Inner {
+                layout,
+                head: AtomicPtr::new(head),
+                book,
+                combiner: Combiner::default(),
+                pages,
+            }),
+        })
+    }
+}
+
+/// Counts of a paged variable's pages: what [`PagedVariable`]'s memory bound is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PagedStats {
+    /// The current version number.
+    pub version: u64,
+    /// Pages in one version of the tensor.
+    pub table_pages: usize,
+    /// Pages allocated now: the current version's, those of older versions still held or
+    /// waiting out their grace period, and spares.
+    pub pages_allocated: usize,
+}
+
+impl<A: Element> PagedVariable<A> {
+    /// A paged variable holding `init` (version 0), with the default page size.
+    ///
+    /// # Errors
+    /// [`Error::RankMismatch`](crate::Error::RankMismatch) for a 0-d array (it has no rows).
+    pub fn new<D: Dimension>(init: Array<A, D>) -> Result<Self> {
+        Self::builder(init).build()
+    }
+
+    /// A builder, to name the variable or choose its page size.
+    pub fn builder<D: Dimension>(init: Array<A, D>) -> PagedVariableBuilder<A, D> {
+        PagedVariableBuilder {
+            init,
+            name: None,
+            rows_per_page: None,
+        }
+    }
+
+    /// The name used in errors.
+    pub fn name(&self) -> &str {
+        &self.inner.layout.name
+    }
+
+    /// The shape, `[rows, ..]`; it never changes.
+    pub fn shape(&self) -> &[usize] {
+        &self.inner.layout.shape
+    }
+
+    /// The current value: wait-free (a pin and one load), and it never changes.
+    pub fn read(&self) -> PagedSnapshot<A> {
+        let guard = epoch::pin();
+        // Acquire: pairs with the Release store that published the table and its pages.
+        let table = self.inner.head.load(Ordering::Acquire);
+        PagedSnapshot::new(NonNull::new(table).expect("a head"), guard)
+    }
+
+    /// The current value, held by a count instead of a pin (see [`OwnedPagedSnapshot`]).
+    pub fn read_owned(&self) -> OwnedPagedSnapshot<A> {
+        self.read().to_owned_snapshot()
+    }
+
+    /// The current version number: 0, plus one per (combined) write.
+    pub fn version(&self) -> u64 {
+        self.read().version()
+    }
+
+    /// The rows `indices` of the current value (see [`PagedTable::gather`]).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange).
+    pub fn gather(&self, indices: &[usize]) -> Result<ndarray::ArrayD<A>> {
+        self.read().gather(indices)
+    }
+
+    /// Adds `rows[i]` to row `indices[i]` for every `i` (a repeated index receives each of
+    /// its rows), copying only the pages touched. Returns the number of the version that
+    /// includes it.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) naming the first index past
+    /// the rows; [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) unless `rows` has shape
+    /// `[indices.len(), ..]` with the variable's other axes. Nothing is applied then.
+    pub fn scatter_add<E: Dimension>(
+        &self,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<u64> {
+        self.scatter(indices, rows, Op::Add)
+    }
+
+    /// `row += alpha * rows[i]`: a sparse SGD step is
+    /// `table.scatter_scaled_add(-lr, &ids, &grads)`.
+    ///
+    /// # Errors
+    /// As for [`scatter_add`](Self::scatter_add).
+    pub fn scatter_scaled_add<E: Dimension>(
+        &self,
+        alpha: A,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<u64> {
+        self.scatter(indices, rows, Op::Scaled(alpha))
+    }
+
+    /// Sets row `indices[i]` to `rows[i]`; where an index repeats, its last row wins.
+    ///
+    /// # Errors
+    /// As for [`scatter_add`](Self::scatter_add).
+    pub fn scatter_update<E: Dimension>(
+        &self,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<u64> {
+        self.scatter(indices, rows, Op::Assign)
+    }
+
+    /// Adds a dense delta of the whole shape (copies every page).
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch); nothing is applied then.
+    pub fn assign_add<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
+        self.dense(delta, Op::Add)
+    }
+
+    /// Subtracts a dense delta of the whole shape (copies every page).
+    ///
+    /// # Errors
+    /// As for [`assign_add`](Self::assign_add).
+    pub fn assign_sub<E: Dimension>(&self, delta: &ArrayRef<A, E>) -> Result<u64> {
+        self.dense(delta, Op::Sub)
+    }
+
+    /// `self += alpha * x`, dense (copies every page).
+    ///
+    /// # Errors
+    /// As for [`assign_add`](Self::assign_add).
+    pub fn scaled_add<E: Dimension>(&self, alpha: A, x: &ArrayRef<A, E>) -> Result<u64> {
+        self.dense(x, Op::Scaled(alpha))
+    }
+
+    /// Replaces the whole value (same shape).
+    ///
+    /// # Errors
+    /// As for [`assign_add`](Self::assign_add).
+    pub fn assign<E: Dimension>(&self, value: &ArrayRef<A, E>) -> Result<u64> {
+        self.dense(value, Op::Assign)
+    }
+
+    /// Page counts (see the memory bound above).
+    pub fn stats(&self) -> PagedStats {
+        PagedStats {
+            version: self.version(),
+            table_pages: self.inner.layout.pages,
+            // Relaxed: a statistic.
+            pages_allocated: self.inner.pages.load(Ordering::Relaxed),
+        }
+    }
+
+    fn scatter<E: Dimension>(
+        &self,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+        op: Op<A>,
+    ) -> Result<u64> {
+        let layout = &self.inner.layout;
+        check_rows(&layout.name, &layout.shape, indices, rows.shape())?;
+        let data = standard_elements(rows);
+        self.submit(Delta {
+            shape: rows.shape(),
+            data: &data,
+            op,
+            rows: Some(indices),
+        })
+    }
+
+    fn dense<E: Dimension>(&self, delta: &ArrayRef<A, E>, op: Op<A>) -> Result<u64> {
+        let layout = &self.inner.layout;
+        check_shape(&layout.name, &layout.shape, delta.shape())?;
+        let data = standard_elements(delta);
+        self.submit(Delta::dense(delta.shape(), &data, op))
+    }
+
+    /// Combines a checked delta with the writes pending now. A pass that panicked (its
+    /// writers get no version) built nothing visible, so the delta is simply submitted again.
+    fn submit(&self, delta: Delta<'_, A>) -> Result<u64> {
+        loop {
+            if let Some(version) = self.inner.combiner.submit(delta, &*self.inner) {
+                return Ok(version);
+            }
+        }
+    }
+}
+
+impl<A: Element> Publish<A> for Inner<A> {
+    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
+        // SAFETY: the combiner calls `publish` on its flag's holder only, one at a time, and
+        // the book is alive while the variable is.
+        let book = unsafe { (*self.book).ledger() };
+        book.reclaim();
+        // Relaxed: only flag holders store the head, and the flag's Acquire ordered the last
+        // holder's store before us.
+        let old = self.head.load(Ordering::Relaxed);
+        // SAFETY: `old` is the head and we hold the flag.
+        let new = unsafe { book.build(old, deltas) };
+        // SAFETY: ours until published, and immutable after.
+        let version = unsafe { &*new }.number;
+        // Release: publishes the new table, its chunks and pages, to readers' Acquire loads.
+        self.head.store(new, Ordering::Release);
+        retire(old);
+        free_orphans();
+        Some(version)
+    }
+}
+
+/// Releases the head's count of a table that is no longer the head, once every thread
+/// pinned now has unpinned, and pushes the epoch forward so that it comes back within a
+/// couple of writes (a `flush` costs ~0.2 us, small beside a paged write).
+fn retire<A: Element>(table: *mut PagedTable<A>) {
+    struct Retired<A: Element>(*mut PagedTable<A>);
+    // SAFETY: the count it carries is released on whichever thread runs it; the release is
+    // an atomic decrement (and at most an orphan push).
+    unsafe impl<A: Element> Send for Retired<A> {}
+    let retired = Retired(table);
+    let guard = epoch::pin();
+    guard.defer(move || {
+        let retired = retired;
+        // SAFETY: the head's count, given up once no pinned reader can still see the table.
+        unsafe { book::release(retired.0) }
+    });
+    guard.flush();
+}
+
+impl<A: Element> Drop for Inner<A> {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self`; no writer is left.
+        retire(self.head.load(Ordering::Relaxed));
+        // SAFETY: the variable's own hold on its book, given up once.
+        unsafe { book::let_go(self.book) };
+        free_orphans();
+    }
+}
+
+impl<A: Element> Clone for PagedVariable<A> {
+    /// Another handle to the same variable.
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<A: Element> fmt::Debug for PagedVariable<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PagedVariable")
+            .field("name", &self.name())
+            .field("shape", &self.shape())
+            .field("rows_per_page", &self.inner.layout.rows_per_page)
+            .finish_non_exhaustive()
+    }
+}
