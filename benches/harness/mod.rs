@@ -13,6 +13,7 @@
 
 pub mod checkpoints;
 pub mod costs;
+pub mod embedding;
 pub mod optimizer;
 pub mod sections;
 pub mod subjects;

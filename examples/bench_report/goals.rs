@@ -28,6 +28,7 @@ impl Report<'_> {
             self.goal_optimizer(),
             self.goal_checkpoints(),
             self.goal_train(),
+            self.goal_embedding(),
             self.goal_memory(),
         ]
     }

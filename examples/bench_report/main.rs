@@ -17,6 +17,7 @@ mod harness;
 mod checkpoints;
 mod cli;
 mod costs;
+mod embedding;
 mod environment;
 mod format;
 mod goals;

@@ -74,6 +74,7 @@ impl Report<'_> {
         self.optimizer_section(&mut s);
         self.checkpoint_section(&mut s);
         self.train_section(&mut s);
+        self.embedding_section(&mut s);
         self.where_we_lose(&mut s, &goals);
         self.method(&mut s);
         s

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::checkpoints::CheckpointCells;
 use crate::harness::checkpoints::{self, CheckpointVariant};
 use crate::harness::costs::{self, CostPlan, Costs};
+use crate::harness::embedding::{self, EmbeddingVariant, Indices};
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
 use crate::harness::train::{self, TrainRun, TrainVariant, TRAIN_THREADS};
@@ -35,6 +36,8 @@ pub(crate) struct Plan {
     pub(crate) checkpoint: Duration,
     /// Steps of one run of the wine trainer.
     pub(crate) train_steps: usize,
+    /// One run of one embedding cell (workload 10); `rounds` runs per cell.
+    pub(crate) embedding: Duration,
 }
 
 impl Plan {
@@ -51,6 +54,7 @@ impl Plan {
             costs: CostPlan { rounds: 11, scale },
             checkpoint: ms(2000.0),
             train_steps: (3000.0 * scale) as usize,
+            embedding: ms(200.0),
         }
     }
 }
@@ -87,6 +91,10 @@ pub(crate) struct Results {
     pub(crate) checkpoints: HashMap<CheckpointVariant, CheckpointCells>,
     /// The wine trainer: median steps/s (and the last round's loss) by (threads, variant).
     pub(crate) train: HashMap<(usize, TrainVariant), TrainRun>,
+    /// Workload 10: median updates/s and lost fraction by (indices, threads, variant).
+    pub(crate) embedding: HashMap<(Indices, usize, EmbeddingVariant), (f64, f64)>,
+    /// Workload 10: median CPU per update and per 32-row gather, by (indices, variant).
+    pub(crate) embedding_costs: HashMap<(Indices, EmbeddingVariant), (Duration, Duration)>,
 }
 
 fn progress(started: Instant, what: &str) {
@@ -234,6 +242,49 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         }
     }
 
+    progress(started, "sparse updates of an embedding table");
+    let mut sparse = HashMap::new();
+    let mut sparse_costs = HashMap::new();
+    for indices in Indices::ALL {
+        let mut costs: HashMap<EmbeddingVariant, Vec<(Duration, Duration)>> = HashMap::new();
+        for round in 0..plan.rounds {
+            for variant in rotated(&EmbeddingVariant::ALL, round) {
+                let ops = (200.0 * plan.costs.scale).max(20.0) as usize;
+                costs
+                    .entry(variant)
+                    .or_default()
+                    .push(embedding::cpu_costs(variant, indices, ops));
+            }
+        }
+        for (variant, xs) in costs {
+            let update = median(xs.iter().map(|c| c.0.as_secs_f64()).collect());
+            let gather = median(xs.iter().map(|c| c.1.as_secs_f64()).collect());
+            sparse_costs.insert(
+                (indices, variant),
+                (
+                    Duration::from_secs_f64(update),
+                    Duration::from_secs_f64(gather),
+                ),
+            );
+        }
+        for threads in THREADS {
+            let mut runs: HashMap<EmbeddingVariant, Vec<(f64, f64)>> = HashMap::new();
+            for round in 0..plan.rounds {
+                for variant in rotated(&EmbeddingVariant::ALL, round) {
+                    let r = embedding::run(variant, indices, threads, Budget::Time(plan.embedding));
+                    runs.entry(variant)
+                        .or_default()
+                        .push((r.throughput.per_s(), r.lost));
+                }
+            }
+            for (variant, xs) in runs {
+                let rate = median(xs.iter().map(|x| x.0).collect());
+                let lost = median(xs.iter().map(|x| x.1).collect());
+                sparse.insert((indices, threads, variant), (rate, lost));
+            }
+        }
+    }
+
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
     for n in SIZES {
@@ -255,6 +306,8 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         costs,
         checkpoints,
         train,
+        embedding: sparse,
+        embedding_costs: sparse_costs,
     }
 }
 

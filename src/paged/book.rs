@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::ptr;
 use std::sync::Arc;
 
-use super::table::{Chunk, Layout, Page, PagedTable, PAGES_PER_CHUNK};
+use super::table::{Chunk, Layout, Page, PagedTable};
 use crate::kernel::{accumulate, Delta};
 use crate::pool::{orphan, Link};
 use crate::sync::{fence, AtomicUsize, Ordering};
@@ -107,13 +107,13 @@ impl<A: Element> Book<A> {
         for c in 0..layout.chunks {
             let chunk = this.chunk();
             t.dir[c] = chunk;
-            for i in 0..PAGES_PER_CHUNK.min(layout.pages - c * PAGES_PER_CHUNK) {
-                let p = c * PAGES_PER_CHUNK + i;
+            for i in 0..layout.pages_in(c) {
+                let p = c * layout.per_chunk + i;
                 let page = this.page();
                 let n = layout.rows_in(p) * layout.width;
                 let from = p * layout.page_len;
                 // SAFETY: a fresh page of `page_len >= n` elements, ours alone; a fresh
-                // chunk has `PAGES_PER_CHUNK > i` entries.
+                // chunk has `per_chunk > i` entries.
                 unsafe {
                     std::slice::from_raw_parts_mut(page, n).copy_from_slice(&init[from..from + n]);
                     *chunk.add(i) = page;
@@ -190,12 +190,13 @@ impl<A: Element> Ledger<A> {
         p: usize,
         replaced: &mut Vec<Piece<A>>,
     ) {
-        let (c, i) = (p / PAGES_PER_CHUNK, p % PAGES_PER_CHUNK);
+        let per_chunk = self.layout.per_chunk;
+        let (c, i) = (p / per_chunk, p % per_chunk);
         if new.dir[c] == old.dir[c] {
             let chunk = self.chunk();
-            // SAFETY: both chunks have `PAGES_PER_CHUNK` entries; the old one is live and
+            // SAFETY: both chunks have `per_chunk` entries; the old one is live and
             // never written, the new one ours alone.
-            unsafe { ptr::copy_nonoverlapping(old.dir[c], chunk, PAGES_PER_CHUNK) };
+            unsafe { ptr::copy_nonoverlapping(old.dir[c], chunk, per_chunk) };
             replaced.push(Piece::Chunk(old.dir[c]));
             new.dir[c] = chunk;
         }
@@ -247,7 +248,7 @@ impl<A: Element> Ledger<A> {
         while self.spare_chunks.len() > keep {
             let chunk = self.spare_chunks.pop().expect("len > keep");
             // SAFETY: as above.
-            unsafe { free_chunk(chunk) };
+            unsafe { free_chunk(chunk, self.layout.per_chunk) };
         }
         self.spare_tables.truncate(SPARE_TABLES);
         self.spare_lists.truncate(SPARE_TABLES);
@@ -284,7 +285,8 @@ impl<A: Element> Ledger<A> {
 
     fn chunk(&mut self) -> Chunk<A> {
         self.spare_chunks.pop().unwrap_or_else(|| {
-            Box::into_raw(vec![ptr::null_mut::<A>(); PAGES_PER_CHUNK].into_boxed_slice()).cast()
+            Box::into_raw(vec![ptr::null_mut::<A>(); self.layout.per_chunk].into_boxed_slice())
+                .cast()
         })
     }
 
@@ -299,10 +301,10 @@ impl<A: Element> Ledger<A> {
 }
 
 /// # Safety
-/// `chunk` came from [`Book::chunk`] and is ours alone.
-unsafe fn free_chunk<A>(chunk: Chunk<A>) {
-    // SAFETY: the caller's contract: a leaked `Box<[Page<A>]>` of `PAGES_PER_CHUNK` entries.
-    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(chunk, PAGES_PER_CHUNK)) });
+/// `chunk` came from [`Ledger::chunk`] of a layout of `per_chunk`, and is ours alone.
+unsafe fn free_chunk<A>(chunk: Chunk<A>, per_chunk: usize) {
+    // SAFETY: the caller's contract: a leaked `Box<[Page<A>]>` of `per_chunk` entries.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(chunk, per_chunk)) });
 }
 
 /// Applies one checked delta to the pages `new` owns (every page it touches is its own).
@@ -373,12 +375,12 @@ impl<A: Element> Drop for Ledger<A> {
             // SAFETY: kept tables are alive.
             let head = unsafe { &*head.table };
             for (c, &chunk) in head.dir.iter().enumerate() {
-                for i in 0..PAGES_PER_CHUNK.min(layout.pages - c * PAGES_PER_CHUNK) {
+                for i in 0..layout.pages_in(c) {
                     // SAFETY: reachable from the newest table, so in no other place.
                     unsafe { self.free_page(*chunk.add(i)) };
                 }
                 // SAFETY: as above.
-                unsafe { free_chunk(chunk) };
+                unsafe { free_chunk(chunk, self.layout.per_chunk) };
             }
         }
         for kept in std::mem::take(&mut self.tables) {
@@ -387,7 +389,7 @@ impl<A: Element> Drop for Ledger<A> {
                     // SAFETY: in one `last_used` only.
                     Piece::Page(page) => unsafe { self.free_page(page) },
                     // SAFETY: as above.
-                    Piece::Chunk(chunk) => unsafe { free_chunk(chunk) },
+                    Piece::Chunk(chunk) => unsafe { free_chunk(chunk, self.layout.per_chunk) },
                 }
             }
             // SAFETY: a kept table came from `Box::into_raw`.
@@ -399,7 +401,7 @@ impl<A: Element> Drop for Ledger<A> {
         }
         for chunk in self.spare_chunks.drain(..) {
             // SAFETY: as above.
-            unsafe { free_chunk(chunk) };
+            unsafe { free_chunk(chunk, self.layout.per_chunk) };
         }
     }
 }

@@ -51,11 +51,13 @@ use crate::Element;
 /// ```
 ///
 /// **Costs.** A write of `k` rows copies at most `k` pages of
-/// [`rows_per_page`](PagedVariableBuilder::rows_per_page) rows (1 KiB worth by default),
-/// `k` chunks of 64 page pointers, and the directory (one pointer per 64 pages). Dense
-/// writes ([`assign_add`](Self::assign_add), [`assign`](Self::assign)) copy every page, as a
-/// dense variable's do; reading the whole tensor as one ndarray is an explicit copy
-/// ([`PagedTable::to_array`]).
+/// [`rows_per_page`](PagedVariableBuilder::rows_per_page) rows (256 bytes' worth by default,
+/// at least one row), `k` chunks of page pointers, and the directory of chunks; chunks hold
+/// about `sqrt(pages / 32)` pointers, so that the chunks and the directory copied by a
+/// write of 32 rows weigh about the same (100,000 rows of 64 f32: one row per page, 64 pages
+/// per chunk, a directory of 1,563 pointers). Dense writes ([`assign_add`](Self::assign_add),
+/// [`assign`](Self::assign)) copy every page, as a dense variable's do; reading the whole
+/// tensor as one ndarray is an explicit copy ([`PagedTable::to_array`]).
 ///
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
@@ -102,8 +104,8 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
     }
 
     /// Rows per page (at least 1): what a row write copies at least. By default, as many
-    /// rows as fit in 1 KiB (at least one): small pages copy little per sparse write; large
-    /// ones make the directory and dense writes cheaper.
+    /// rows as fit in 256 bytes (at least one): small pages copy little per sparse write;
+    /// large ones make the directory, chunks and dense writes cheaper.
     pub fn rows_per_page(mut self, rows: usize) -> Self {
         self.rows_per_page = Some(rows.max(1));
         self
