@@ -1,0 +1,194 @@
+//! Differential fuzz target for paged variables: arbitrary row and dense writes (with
+//! arbitrary, possibly bad, indices and shapes), page sizes and held snapshots, against a
+//! plain 2-d array.
+//!
+//! Checked after every op: the result (the next version number, or the exact error variant)
+//! is the model's; an op that fails changes nothing; the whole value, a gather of the op's
+//! indices and a row range equal the model's; every snapshot held from earlier (pinned and
+//! owned) still shows the value it was taken at.
+//!
+//! i64 elements with small values: integer arithmetic is exact, so values compare exactly.
+
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use mvtensor::ndarray::{s, Array2, Axis};
+use mvtensor::{Error, OwnedPagedSnapshot, PagedVariable};
+
+const MAX_OPS: usize = 128;
+const MAX_HELD: usize = 8;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// `scatter_add` / `scatter_scaled_add(3)` / `scatter_update` of rows of `fill`.
+    Rows {
+        kind: u8,
+        indices: Vec<u8>,
+        fill: i8,
+        bad_width: bool,
+    },
+    /// A dense add, or a whole assign, of `fill` everywhere (or of the wrong shape).
+    Dense {
+        assign: bool,
+        fill: i8,
+        bad_shape: bool,
+    },
+    /// Hold a snapshot (owned or pinned) for later checks.
+    Hold { owned: bool },
+    /// Drop the oldest held snapshot.
+    Release,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    rows: u8,
+    width: u8,
+    rows_per_page: u8,
+    ops: Vec<Op>,
+}
+
+fn check_value(table: &PagedVariable<i64>, model: &Array2<i64>) {
+    let value = table.read().to_array();
+    assert_eq!(
+        value,
+        model.clone().into_dyn(),
+        "value differs from the model"
+    );
+}
+
+fuzz_target!(|input: Input| {
+    let (rows, width) = (input.rows as usize % 40, input.width as usize % 6);
+    let mut model = Array2::from_shape_fn((rows, width), |(r, c)| (r * 7 + c) as i64);
+    let mut builder = PagedVariable::builder(model.clone()).name("t");
+    if input.rows_per_page > 0 {
+        builder = builder.rows_per_page(input.rows_per_page as usize % 9);
+    }
+    let table = builder.build().expect("2-d");
+    let mut version = 0u64;
+    let mut held: Vec<(OwnedPagedSnapshot<i64>, Array2<i64>)> = Vec::new();
+    let mut pinned = Vec::new();
+    for op in input.ops.into_iter().take(MAX_OPS) {
+        match op {
+            Op::Rows {
+                kind,
+                indices,
+                fill,
+                bad_width,
+            } => {
+                let bound = rows + 2; // some indices past the end
+                let ids: Vec<usize> = indices.iter().map(|&i| i as usize % bound).collect();
+                let w = if bad_width { width + 1 } else { width };
+                let values = Array2::from_elem((ids.len(), w), i64::from(fill));
+                let result = match kind % 3 {
+                    0 => table.scatter_add(&ids, &values),
+                    1 => table.scatter_scaled_add(3, &ids, &values),
+                    _ => table.scatter_update(&ids, &values),
+                };
+                if bad_width {
+                    assert!(
+                        matches!(result, Err(Error::ShapeMismatch { .. })),
+                        "{result:?}"
+                    );
+                } else if let Some(&index) = ids.iter().find(|&&i| i >= rows) {
+                    match result {
+                        Err(Error::IndexOutOfRange {
+                            index: i, bound: b, ..
+                        }) => {
+                            assert_eq!((i, b), (index, rows));
+                        }
+                        other => panic!("expected IndexOutOfRange, got {other:?}"),
+                    }
+                } else {
+                    for (&id, row) in ids.iter().zip(values.rows()) {
+                        let mut dst = model.row_mut(id);
+                        match kind % 3 {
+                            0 => dst += &row,
+                            1 => dst.scaled_add(3, &row),
+                            _ => dst.assign(&row),
+                        }
+                    }
+                    version += 1;
+                    assert_eq!(result.expect("valid"), version);
+                    if !ids.is_empty() {
+                        let gathered = table.read().gather(&ids).expect("valid");
+                        assert_eq!(gathered, model.select(Axis(0), &ids).into_dyn());
+                    }
+                }
+            }
+            Op::Dense {
+                assign,
+                fill,
+                bad_shape,
+            } => {
+                let shape = if bad_shape {
+                    (rows + 1, width)
+                } else {
+                    (rows, width)
+                };
+                let values = Array2::from_elem(shape, i64::from(fill));
+                let result = if assign {
+                    table.assign(&values)
+                } else {
+                    table.assign_add(&values)
+                };
+                if bad_shape {
+                    assert!(
+                        matches!(result, Err(Error::ShapeMismatch { .. })),
+                        "{result:?}"
+                    );
+                } else {
+                    if assign {
+                        model.assign(&values);
+                    } else {
+                        model += &values;
+                    }
+                    version += 1;
+                    assert_eq!(result.expect("valid"), version);
+                }
+            }
+            Op::Hold { owned } => {
+                if owned {
+                    held.push((table.read_owned(), model.clone()));
+                    if held.len() > MAX_HELD {
+                        held.remove(0);
+                    }
+                } else {
+                    pinned.push((table.read(), model.clone()));
+                    if pinned.len() > MAX_HELD {
+                        drop(pinned.remove(0));
+                    }
+                }
+            }
+            Op::Release => {
+                if !held.is_empty() {
+                    held.remove(0);
+                }
+                if !pinned.is_empty() {
+                    drop(pinned.remove(0));
+                }
+            }
+        }
+        check_value(&table, &model);
+        let snapshot = table.read();
+        assert_eq!(snapshot.version(), version);
+        if rows > 1 {
+            let part = snapshot.rows(1..rows).expect("in range");
+            assert_eq!(part, model.slice(s![1..rows, ..]).into_dyn());
+        }
+        for (s, then) in &held {
+            assert_eq!(
+                s.to_array(),
+                then.clone().into_dyn(),
+                "an owned snapshot changed"
+            );
+        }
+        for (s, then) in &pinned {
+            assert_eq!(
+                s.to_array(),
+                then.clone().into_dyn(),
+                "a pinned snapshot changed"
+            );
+        }
+    }
+});
