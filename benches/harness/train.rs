@@ -7,13 +7,22 @@
 //!   thread-safety notes recommend for shared state;
 //! * parking_lot `Mutex`, copy and apply: locked to clone the parameters, then to apply Adam;
 //! * parking_lot `RwLock`: a read lock over the forward and backward pass, a write lock for
-//!   Adam.
+//!   Adam;
+//! * racy: no synchronisation at all (Hogwild on a dense model): parameters and moments are
+//!   relaxed atomic cells, each step loads them, computes, and stores Adam's result back, so
+//!   concurrent steps overwrite each other's. The speed limit of lock-free training, which
+//!   gives up every consistency the others keep.
 //!
-//! The figures are steps/s and the loss over all wines at the end (the same number of steps
+//! The figures are steps/s, the loss over all wines at the end (the same number of steps
 //! for every variant, so they should agree roughly; with several threads, steps computed from
-//! older parameters make any variant but the whole-step mutex a little different).
+//! older parameters make any variant but the whole-step mutex a little different), and the
+//! loss curve against wall time: [`SAMPLES`] times per run the thread that takes a step
+//! whose number is a multiple of `steps / SAMPLES` reads the parameters consistently (for
+//! the racy variant, as they are) and measures the loss over all wines, inside the timed run
+//! and the same way for every variant.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use mvtensor::optim::Optimizer;
@@ -26,37 +35,126 @@ use super::wine::{batch, init, loss_and_grads, Grads};
 /// Thread counts of the workload (issue 13: 1, 2 and 4).
 pub const TRAIN_THREADS: [usize; 3] = [1, 2, 4];
 
+/// Points of the loss curve per run.
+pub const SAMPLES: usize = 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TrainVariant {
     Mvtensor,
     MutexWholeStep,
     PlMutexCopyApply,
     PlRwLock,
+    Racy,
 }
 
 impl TrainVariant {
-    pub const ALL: [TrainVariant; 4] = [
+    pub const ALL: [TrainVariant; 5] = [
         TrainVariant::Mvtensor,
         TrainVariant::MutexWholeStep,
         TrainVariant::PlMutexCopyApply,
         TrainVariant::PlRwLock,
+        TrainVariant::Racy,
     ];
+    /// The variants that lock (the racy one does not, and mvtensor is not a lock).
+    pub fn is_lock(self) -> bool {
+        !matches!(self, TrainVariant::Mvtensor | TrainVariant::Racy)
+    }
     pub fn name(self) -> &'static str {
         match self {
             TrainVariant::Mvtensor => "mvtensor",
             TrainVariant::MutexWholeStep => "std Mutex, whole step",
             TrainVariant::PlMutexCopyApply => "parking_lot Mutex, copy + apply",
             TrainVariant::PlRwLock => "parking_lot RwLock",
+            TrainVariant::Racy => "racy (no lock)",
         }
     }
 }
 
 /// What one run measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TrainRun {
     pub steps_per_s: f64,
     /// The mean squared error over all wines after the run.
     pub loss: f32,
+    /// (seconds since the start, loss over all wines), in time order.
+    pub curve: Vec<(f64, f32)>,
+}
+
+impl TrainRun {
+    /// Seconds until the curve first reaches `target`, if it does.
+    pub fn time_to(&self, target: f32) -> Option<f64> {
+        self.curve.iter().find(|p| p.1 <= target).map(|p| p.0)
+    }
+}
+
+/// Parameters, as the loss curve reads them.
+type Params = [ArrayD<f32>; 4];
+
+/// The loss of `p` over all of `data`.
+fn loss_of(p: &Params, data: &Array2<f32>) -> f32 {
+    let [w1, b1, w2, b2] = p;
+    let (w1, w2) = (
+        w1.view().into_dimensionality().expect("2-d"),
+        w2.view().into_dimensionality().expect("2-d"),
+    );
+    let (b1, b2): (ndarray::ArrayView1<f32>, ndarray::ArrayView1<f32>) = (
+        b1.view().into_dimensionality().expect("1-d"),
+        b2.view().into_dimensionality().expect("1-d"),
+    );
+    loss_and_grads((&w1, &b1, &w2, &b2), data).0
+}
+
+/// The racy variant's state: every parameter and moment a relaxed atomic cell.
+struct Racy {
+    cells: [Vec<AtomicU32>; 12],
+    shapes: Vec<ndarray::IxDyn>,
+    t: AtomicI64,
+}
+
+impl Racy {
+    fn new(s: State) -> Self {
+        let all = || s.p.iter().chain(&s.m).chain(&s.v);
+        Self {
+            shapes: all().map(|a| a.raw_dim()).collect(),
+            cells: std::array::from_fn(|i| {
+                let a = all().nth(i).expect("12 tensors");
+                a.iter().map(|x| AtomicU32::new(x.to_bits())).collect()
+            }),
+            t: AtomicI64::new(0),
+        }
+    }
+
+    fn tensor(&self, i: usize) -> ArrayD<f32> {
+        let data = self.cells[i]
+            .iter()
+            // Relaxed: racy by design.
+            .map(|c| f32::from_bits(c.load(Ordering::Relaxed)))
+            .collect();
+        ArrayD::from_shape_vec(self.shapes[i].clone(), data).expect("its shape")
+    }
+
+    fn params(&self) -> Params {
+        std::array::from_fn(|i| self.tensor(i))
+    }
+
+    fn load(&self) -> State {
+        State {
+            p: self.params(),
+            m: std::array::from_fn(|i| self.tensor(4 + i)),
+            v: std::array::from_fn(|i| self.tensor(8 + i)),
+            // Relaxed: racy by design.
+            t: self.t.load(Ordering::Relaxed),
+        }
+    }
+
+    fn store(&self, s: &State) {
+        for (cells, a) in self.cells.iter().zip(s.p.iter().chain(&s.m).chain(&s.v)) {
+            for (c, x) in cells.iter().zip(a) {
+                // Relaxed: racy by design.
+                c.store(x.to_bits(), Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The locks' state: parameters, Adam's moments, the step count.
@@ -122,7 +220,16 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
         let i = next.fetch_add(1, Ordering::Relaxed);
         (i < steps).then_some(i)
     };
+    let every = (steps / SAMPLES).max(1);
+    let curve = Mutex::new(Vec::with_capacity(SAMPLES + 1));
     let start = Instant::now();
+    let sample = |i: usize, params: &dyn Fn() -> Params| {
+        if i.is_multiple_of(every) {
+            let loss = loss_of(&params(), data);
+            let at = start.elapsed().as_secs_f64();
+            curve.lock().expect("no panic").push((at, loss));
+        }
+    };
     let state = match variant {
         TrainVariant::Mvtensor => {
             let (w1, b1, w2, b2) = init();
@@ -144,6 +251,10 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
                     let p = read_all((&w1, &b1, &w2, &b2));
                     let (_, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &batch(data, i));
                     opt.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
+                    sample(i, &|| {
+                        let p = read_all((&w1, &b1, &w2, &b2));
+                        [p.0.data(), p.1.data(), p.2.data(), p.3.data()].map(Clone::clone)
+                    });
                 }
             });
             let p = read_all((&w1, &b1, &w2, &b2));
@@ -158,9 +269,12 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
             let m = std::sync::Mutex::new(State::new());
             across(threads, || {
                 while let Some(i) = take() {
-                    let mut s = m.lock().expect("no panic");
-                    let g = s.grads(&batch(data, i));
-                    s.apply(g);
+                    {
+                        let mut s = m.lock().expect("no panic");
+                        let g = s.grads(&batch(data, i));
+                        s.apply(g);
+                    }
+                    sample(i, &|| m.lock().expect("no panic").p.clone());
                 }
             });
             m.into_inner().expect("no panic").p
@@ -172,6 +286,7 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
                     let copy = m.lock().clone();
                     let g = copy.grads(&batch(data, i));
                     m.lock().apply(g);
+                    sample(i, &|| m.lock().p.clone());
                 }
             });
             m.into_inner().p
@@ -182,26 +297,37 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
                 while let Some(i) = take() {
                     let g = l.read().grads(&batch(data, i));
                     l.write().apply(g);
+                    sample(i, &|| l.read().p.clone());
                 }
             });
             l.into_inner().p
         }
+        TrainVariant::Racy => {
+            let r = Racy::new(State::new());
+            across(threads, || {
+                while let Some(i) = take() {
+                    let g = r.load().grads(&batch(data, i));
+                    let mut s = r.load();
+                    // Relaxed: racy by design; `apply` counts its own step from `t`.
+                    s.t = r.t.fetch_add(1, Ordering::Relaxed);
+                    s.apply(g);
+                    r.store(&s);
+                    sample(i, &|| r.params());
+                }
+            });
+            r.params()
+        }
     };
     let seconds = start.elapsed().as_secs_f64();
-    let [w1, b1, w2, b2] = &state;
-    let (w1, w2) = (
-        w1.view().into_dimensionality().expect("2-d"),
-        w2.view().into_dimensionality().expect("2-d"),
-    );
-    let (b1, b2): (ndarray::ArrayView1<f32>, ndarray::ArrayView1<f32>) = (
-        b1.view().into_dimensionality().expect("1-d"),
-        b2.view().into_dimensionality().expect("1-d"),
-    );
-    let (loss, _) = loss_and_grads((&w1, &b1, &w2, &b2), data);
+    let loss = loss_of(&state, data);
     assert!(loss.is_finite(), "{} diverged", variant.name());
+    let mut curve = curve.into_inner().expect("no panic");
+    curve.sort_by(|a, b| a.0.total_cmp(&b.0));
+    curve.push((seconds, loss));
     TrainRun {
         steps_per_s: steps as f64 / seconds,
         loss,
+        curve,
     }
 }
 

@@ -6,6 +6,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
 use crate::harness::sections::{Body, SectionVariant};
+use crate::harness::train::{TrainVariant, TRAIN_THREADS};
 use crate::harness::workloads::Dense;
 use crate::harness::{size_label, Variant, SIZES, THREADS};
 use crate::run::{Results, LATENCY_CONFIGS};
@@ -91,7 +92,65 @@ pub fn all(r: &Results, dir: &Path) -> Result<(), Error> {
         panels,
         true,
     )?;
-    latency(r, &dir.join("read_latency.svg"))
+    latency(r, &dir.join("read_latency.svg"))?;
+    train_loss(r, &dir.join("train_loss.svg"))
+}
+
+/// The wine trainer's loss over all wines against wall time, at the most threads.
+fn train_loss(r: &Results, path: &Path) -> Result<(), Error> {
+    let threads = TRAIN_THREADS[TRAIN_THREADS.len() - 1];
+    let series: Vec<Series> = TrainVariant::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| Series {
+            name: v.name().into(),
+            color: COLORS[if i == 4 { 6 } else { i }],
+            points: r.train[&(threads, v)]
+                .curve
+                .iter()
+                .map(|&(t, loss)| (t * 1e3, f64::from(loss)))
+                .collect(),
+        })
+        .collect();
+    let points = || series.iter().flat_map(|s| s.points.iter().copied());
+    let xmax = points().map(|p| p.0).fold(0.0, f64::max) * 1.05;
+    let ymin = points()
+        .map(|p| p.1)
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-3);
+    let ymax = points().map(|p| p.1).fold(0.0, f64::max);
+    let root = SVGBackend::new(path, (760, 470)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!(
+            "Wine trainer: loss over all wines against wall time, {threads} threads (log scale)"
+        ),
+        ("sans-serif", 20),
+    )?;
+    let entries: Vec<(String, RGBColor)> =
+        series.iter().map(|s| (s.name.clone(), s.color)).collect();
+    let root = with_legend(root, &entries)?;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..xmax, (ymin * 0.9..ymax * 1.1).log_scale())?;
+    chart
+        .configure_mesh()
+        .max_light_lines(1)
+        .x_desc("wall time (ms)")
+        .y_desc("mean squared error")
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()?;
+    for s in &series {
+        let width = if s.name == "mvtensor" { 3 } else { 2 };
+        chart.draw_series(LineSeries::new(
+            s.points.clone(),
+            s.color.stroke_width(width),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
 }
 
 fn section_color(v: SectionVariant) -> RGBColor {

@@ -89,7 +89,8 @@ pub(crate) struct Results {
     pub(crate) costs: Costs,
     /// Trainer step latency without and with a checkpointer, by variant.
     pub(crate) checkpoints: HashMap<CheckpointVariant, CheckpointCells>,
-    /// The wine trainer: median steps/s (and the last round's loss) by (threads, variant).
+    /// The wine trainer: median steps/s (and the last round's loss and loss curve) by
+    /// (threads, variant).
     pub(crate) train: HashMap<(usize, TrainVariant), TrainRun>,
     /// Workload 10: median updates/s and lost fraction by (indices, threads, variant).
     pub(crate) embedding: HashMap<(Indices, usize, EmbeddingVariant), (f64, f64)>,
@@ -236,9 +237,14 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
             }
         }
         for (variant, rs) in runs {
-            let loss = rs.last().expect("rounds").loss;
+            let last = rs.last().expect("rounds");
             let steps_per_s = median(rs.iter().map(|r| r.steps_per_s).collect());
-            train.insert((threads, variant), TrainRun { steps_per_s, loss });
+            let run = TrainRun {
+                steps_per_s,
+                loss: last.loss,
+                curve: last.curve.clone(),
+            };
+            train.insert((threads, variant), run);
         }
     }
 
