@@ -7,19 +7,20 @@
 #   bin/mutants.sh            # every mutation (about 10-15 minutes on 2 cores)
 #   bin/mutants.sh 3          # only mutation number 3
 #
-# Each line of MUTATIONS: file | exact text | replacement | loom test files (space-separated).
+# Each line of MUTATIONS: file # exact text # replacement # loom test files (space-separated)
+# ('#' separates: the code texts contain '|').
 # The first occurrence of the text is replaced. docs/verification.md lists the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MUTATIONS=(
-  "src/head.rs|.compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)|.compare_exchange(expected.raw, tagged, Ordering::Relaxed, Ordering::Relaxed)|version"
-  "src/serve.rs|(*request).outcome.store(self.outcome, Ordering::Release)|(*request).outcome.store(self.outcome, Ordering::Relaxed)|combine section"
-  "src/serve.rs|fence(Ordering::SeqCst);|/* fence removed */|combine"
-  "src/announce.rs|self.busy.store(false, Ordering::Release);|self.busy.store(false, Ordering::Relaxed);|combine section"
-  "src/ticket.rs|self.queue.serving.store(self.number + 1, Ordering::Release);|self.queue.serving.store(self.number + 1, Ordering::Relaxed);|section"
-  "src/record.rs|clock().fetch_add(1, Ordering::AcqRel)|clock().fetch_add(1, Ordering::Relaxed)|snapshot"
-  "src/paged/mod.rs|guard.defer(move || {|(move || {|paged"
+  "src/head.rs#.compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)#.compare_exchange(expected.raw, tagged, Ordering::Relaxed, Ordering::Relaxed)#version"
+  "src/serve.rs#(*request).outcome.store(self.outcome, Ordering::Release)#(*request).outcome.store(self.outcome, Ordering::Relaxed)#combine section"
+  "src/serve.rs#fence(Ordering::SeqCst);#/* fence removed */#combine"
+  "src/announce.rs#self.busy.store(false, Ordering::Release);#self.busy.store(false, Ordering::Relaxed);#combine section"
+  "src/ticket.rs#self.queue.serving.store(self.number + 1, Ordering::Release);#self.queue.serving.store(self.number + 1, Ordering::Relaxed);#section"
+  "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot"
+  "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
 )
 
 only="${1:-}"
@@ -32,7 +33,7 @@ survived=0
 for i in "${!MUTATIONS[@]}"; do
   n=$((i + 1))
   [[ -n "$only" && "$only" != "$n" ]] && continue
-  IFS='|' read -r file text replacement tests <<<"${MUTATIONS[$i]}"
+  IFS='#' read -r file text replacement tests <<<"${MUTATIONS[$i]}"
   cp "$file" "$scratch/$file"
   python3 - "$scratch/$file" "$text" "$replacement" <<'EOF'
 import sys
@@ -53,6 +54,9 @@ EOF
   echo "== mutation $n: $file: '$text' -> '$replacement' (models: $tests)"
   if (cd "$scratch" && bin/loom.sh "${args[@]}" >"$scratch/log" 2>&1); then
     echo "   SURVIVED: every model passed with it"
+    survived=$((survived + 1))
+  elif grep -q "could not compile" "$scratch/log"; then
+    echo "   DID NOT BUILD: the mutation is malformed"
     survived=$((survived + 1))
   else
     echo "   caught: $(grep -m1 -E "panicked at|deadlock|Causality|causality" "$scratch/log" || echo 'a model failed')"
