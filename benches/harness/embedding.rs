@@ -97,7 +97,7 @@ impl EmbeddingVariant {
             EmbeddingVariant::ArcSwap => Box::new(ArcSwap::from_pointee(init)),
             EmbeddingVariant::Racy => Box::new(
                 (0..ROWS * WIDTH)
-                    .map(|_| AtomicU32::new(0))
+                    .map(|_| AtomicU32::new(1.0f32.to_bits()))
                     .collect::<Vec<_>>(),
             ),
         }
