@@ -148,7 +148,18 @@ fn bad_input_is_a_typed_error_and_applies_nothing() {
     let empty = PagedVariable::new(Array2::<f32>::zeros((0, 4))).unwrap();
     assert_eq!(empty.scatter_add(&[], &Array2::zeros((0, 4))).unwrap(), 1);
     let narrow = PagedVariable::new(Array2::<f32>::zeros((3, 0))).unwrap();
-    assert_eq!(narrow.scatter_add(&[2], &Array2::zeros((1, 0))).unwrap(), 1);
+    assert_eq!(
+        narrow.scatter_add(&[2, 2], &Array2::zeros((2, 0))).unwrap(),
+        1
+    );
+    // A page size past the rows (even one whose page length would overflow) is one page.
+    let whole = PagedVariable::builder(Array2::<f32>::zeros((100, 64)))
+        .rows_per_page((1 << 58) + 1)
+        .build()
+        .unwrap();
+    whole.scatter_add(&[99], &Array2::ones((1, 64))).unwrap();
+    assert_eq!(whole.read().to_array().sum(), 64.0);
+    assert_eq!(whole.stats().table_pages, 1);
 }
 
 /// Threads add ones to random rows (Zipf-like: low rows far more often), all at once, while a

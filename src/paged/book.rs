@@ -13,15 +13,17 @@
 //! is thus in exactly one place: reachable from the head, in some entry's `last_used`, or
 //! spare. So with no snapshot held, a paged variable owns its table (the head's pages), the
 //! pages of the versions still waiting out their grace period (a few writes' worth; see
-//! docs/design.md) and at most `3k + 8` spare pages, `k` being the pages the last write touched.
+//! docs/design.md) and at most `3k + 8` spare pages and as many spare chunks, `k` being the
+//! pages and chunks the last write replaced.
 //!
 //! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
 //! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
 //! only decrements; the writer finds the zero when it next [`reclaim`](Book::reclaim)s. The
 //! book itself lives as long as its variable or any counted table: `holders` counts the
 //! variable and every table with a non-zero count, and the release that takes it to zero
-//! hands the book to the crate's orphan list (one push), which writers free. A reader's pin
-//! never frees memory, takes a lock or runs a destructor of ours.
+//! hands the book to the crate's orphan list (one push), which the next writer of any
+//! variable frees once the epoch lets the last table go. A reader's pin never frees memory,
+//! takes a lock or runs a destructor of ours (under loom, orphans are freed at once).
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -190,6 +192,9 @@ impl<A: Element> Ledger<A> {
         p: usize,
         replaced: &mut Vec<Piece<A>>,
     ) {
+        if self.layout.page_len == 0 {
+            return; // zero-width rows: nothing to copy (and empty pages share one address)
+        }
         let per_chunk = self.layout.per_chunk;
         let (c, i) = (p / per_chunk, p % per_chunk);
         if new.dir[c] == old.dir[c] {
@@ -346,6 +351,9 @@ pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
     // Release: our reads of the table happen-before the writer that sees zero reuses it.
     // SAFETY: as above.
     if unsafe { &*table }.refs.fetch_sub(1, Ordering::Release) == 1 {
+        // Acquire: every other holder's reads of the table happen-before ours, and so
+        // before whoever frees the book after our `let_go` (as `Arc::drop` does).
+        fence(Ordering::Acquire);
         // SAFETY: `book` is alive while it counts this table among its holders.
         unsafe { let_go(book) };
     }

@@ -62,7 +62,7 @@ use crate::Element;
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
 /// write pushes the epoch forward, so about two writes' worth), and at most `3k + 8` spare
-/// pages for a write of `k`. An [`OwnedPagedSnapshot`] keeps its version's pages, and
+/// pages (and as many spare chunks), `k` being the pages and chunks the last write replaced. An [`OwnedPagedSnapshot`] keeps its version's pages, and
 /// (versions are reused oldest first) the pages every later write replaced, until it is
 /// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
 ///
@@ -103,7 +103,8 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
         self
     }
 
-    /// Rows per page (at least 1): what a row write copies at least. By default, as many
+    /// Rows per page (at least 1, at most the rows there are): what a row write copies at
+    /// least. By default, as many
     /// rows as fit in 256 bytes (at least one): small pages copy little per sparse write;
     /// large ones make the directory, chunks and dense writes cheaper.
     pub fn rows_per_page(mut self, rows: usize) -> Self {

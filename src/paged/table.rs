@@ -11,8 +11,8 @@
 //!                         rows_per_page rows of `width` elements
 //! ```
 //!
-//! Two levels, so that a write touching `k` pages copies the directory (`pages / 64` entries),
-//! `k` chunks and `k` pages: never a table proportional to the whole tensor. Untouched chunks
+//! Two levels, so that a write touching `k` pages copies the directory (`pages / per_chunk`
+//! entries), `k` chunks and `k` pages: never a table proportional to the whole tensor. Untouched chunks
 //! and pages are shared with the version before. Who owns each chunk and page, and when it is
 //! reused, is the [book](super::book)'s business; a table only reads them.
 
@@ -59,14 +59,16 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// `rows_per_page` of `None` picks [`DEFAULT_PAGE_BYTES`] worth of rows (at least one).
+    /// `rows_per_page` of `None` picks [`DEFAULT_PAGE_BYTES`] worth of rows (at least one);
+    /// any choice is clamped to the rows there are, so that a page is never larger than the
+    /// tensor and `page_len` cannot overflow (ndarray bounds `rows * width`).
     pub(crate) fn new<A>(name: Arc<str>, shape: &[usize], rows_per_page: Option<usize>) -> Self {
         let rows = shape[0];
-        let width: usize = shape[1..].iter().product();
-        let row_bytes = (width * std::mem::size_of::<A>()).max(1);
+        let width: usize = shape[1..].iter().fold(1, |a, &b| a.saturating_mul(b));
+        let row_bytes = width.saturating_mul(std::mem::size_of::<A>()).max(1);
         let rows_per_page = rows_per_page
             .unwrap_or(DEFAULT_PAGE_BYTES / row_bytes)
-            .max(1);
+            .clamp(1, rows.max(1));
         let pages = rows.div_ceil(rows_per_page);
         let balanced = ((pages / TYPICAL_PAGES_PER_WRITE) as f64).sqrt() as usize;
         let per_chunk = balanced.next_power_of_two().clamp(8, 1024);
@@ -75,7 +77,8 @@ impl Layout {
             shape: shape.to_vec(),
             width,
             rows_per_page,
-            page_len: rows_per_page * width,
+            // Zero-size tensors aside, `rows_per_page <= rows` keeps this within ndarray's bound.
+            page_len: if rows == 0 { 0 } else { rows_per_page * width },
             pages,
             per_chunk,
             chunks: pages.div_ceil(per_chunk),
