@@ -171,9 +171,12 @@ impl Report<'_> {
                  in a 25 MiB table, so most of those bytes are cache misses. With more threads \
                  the ratio follows the one-thread cost (the worst cell: {:.2}x, {} threads, \
                  {}): on {} cores no variant runs much more than one update at a time, and \
-                 mvtensor's combined passes copy a page touched by several writers once. What \
-                 would close it: a third level (chunks of chunks: about 11 KiB of pointers per \
-                 write instead of 28 KiB), and fusing the copy of a one-row page with its add.",
+                 mvtensor's combined pass runs on one core while its waiters spin (spinning \
+                 beat yielding and parking waiters for paged writes when measured: 70-150 k \
+                 against 58-107 k updates/s at 2-8 threads). What would close it: a third \
+                 level (chunks of chunks: about 11 KiB of pointers per write instead of 28 \
+                 KiB), fusing the copy of a one-row page with its add, and letting waiters \
+                 copy their own pages while a pass runs.",
                 latency(mv_u),
                 latency(lock_u),
                 worst_threads.0,

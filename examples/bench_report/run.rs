@@ -52,7 +52,8 @@ impl Plan {
             memory: ms(1500.0),
             bandwidth: ms(250.0),
             costs: CostPlan { rounds: 11, scale },
-            checkpoint: ms(2000.0),
+            // At least three checkpoint intervals, so that a short run still saves a file.
+            checkpoint: ms(2000.0).max(3 * checkpoints::INTERVAL),
             train_steps: (3000.0 * scale) as usize,
             embedding: ms(200.0),
         }
