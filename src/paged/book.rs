@@ -159,6 +159,9 @@ impl<A: Element> Ledger<A> {
         t.dir.copy_from_slice(&old_ref.dir);
         // The head's list is empty (nothing replaced it yet) and keeps its capacity.
         let mut replaced = std::mem::take(&mut self.tables.back_mut().expect("kept").last_used);
+        for rows in deltas.iter().filter_map(|d| d.rows) {
+            prefetch_rows(old_ref, &layout, rows);
+        }
         for delta in deltas {
             match delta.rows {
                 None => (0..layout.pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
@@ -310,6 +313,38 @@ impl<A: Element> Ledger<A> {
 unsafe fn free_chunk<A>(chunk: Chunk<A>, per_chunk: usize) {
     // SAFETY: the caller's contract: a leaked `Box<[Page<A>]>` of `per_chunk` entries.
     drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(chunk, per_chunk)) });
+}
+
+/// Asks the processor for the chunks and pages a row delta will copy, all at once: rows of
+/// a large table are scattered, so each is a cache miss, and copying them one by one would
+/// wait for each miss in turn (chunk entry, then page).
+fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const LINE: usize = 64;
+        let per_chunk = layout.per_chunk;
+        let chunk_bytes = per_chunk * std::mem::size_of::<Page<A>>();
+        let page_bytes = (layout.page_len * std::mem::size_of::<A>()).min(4 * LINE);
+        let pages = || rows.iter().map(|&row| row / layout.rows_per_page);
+        for p in pages() {
+            let chunk = old.dir[p / per_chunk].cast::<i8>();
+            for offset in (0..chunk_bytes).step_by(LINE) {
+                // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it never
+                // faults and changes nothing (the chunk is live anyway).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(offset)) };
+            }
+        }
+        for p in pages() {
+            let page = old.page_ptr(p).cast::<i8>();
+            for offset in (0..page_bytes).step_by(LINE) {
+                // SAFETY: as above: a hint, on a live page.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(page.wrapping_add(offset)) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (old, layout, rows);
 }
 
 /// Applies one checked delta to the pages `new` owns (every page it touches is its own).
