@@ -21,6 +21,7 @@ MUTATIONS=(
   "src/ticket.rs#self.queue.serving.store(self.number + 1, Ordering::Release);#self.queue.serving.store(self.number + 1, Ordering::Relaxed);#section"
   "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot"
   "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
+  "src/paged/mod.rs#self.head.store(new, Ordering::Release)#self.head.store(new, Ordering::Relaxed)#paged"
 )
 
 only="${1:-}"

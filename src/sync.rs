@@ -59,6 +59,14 @@ impl Handoff {
         #[cfg(mvtensor_loom)]
         self.0.with_mut(|_| ());
     }
+
+    /// Records a read access (loom only): many readers may look at once, but every look
+    /// must happen-before the next `touch` and after the last one.
+    #[inline(always)]
+    pub(crate) fn look(&self) {
+        #[cfg(mvtensor_loom)]
+        self.0.with(|_| ());
+    }
 }
 
 /// Gives the processor (or, under loom, the model's scheduler) to another thread.

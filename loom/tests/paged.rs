@@ -75,6 +75,29 @@ fn an_owned_paged_snapshot_keeps_its_pages() {
     });
 }
 
+/// An owned snapshot read and dropped on another thread while the writer goes on: the
+/// writer reuses its table only after the drop (the count's Release, the book's Acquire),
+/// which the table's handoff marker checks against the reader's last look.
+#[test]
+fn a_dropped_owned_snapshot_hands_its_pages_back() {
+    run_model("a_dropped_owned_snapshot_hands_its_pages_back", || {
+        let table = two_pages();
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let held = table.read_owned();
+                let v = held.row(0).unwrap()[[0]];
+                assert_eq!(held.row(1).unwrap()[[0]], v, "half a write seen");
+            })
+        };
+        for _ in 0..3 {
+            add_both(&table);
+        }
+        reader.join().unwrap();
+        assert_eq!(table.read().to_array().sum(), 6);
+    });
+}
+
 /// Two writers of different rows: both land (combined or one after the other), and each
 /// reads its own write on return.
 #[test]

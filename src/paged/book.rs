@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::table::{Chunk, Layout, Page, PagedTable};
 use crate::kernel::{accumulate, Delta};
 use crate::pool::{orphan, Link};
-use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
 /// Spare tables (each with its directory) a book keeps.
@@ -150,7 +150,7 @@ impl<A: Element> Ledger<A> {
         old: *mut PagedTable<A>,
         deltas: &[Delta<'_, A>],
     ) -> *mut PagedTable<A> {
-        let layout = Arc::clone(&self.layout);
+        let (pages, rows_per_page) = (self.layout.pages, self.layout.rows_per_page);
         // SAFETY: the head is counted, so alive, and never written.
         let old_ref = unsafe { &*old };
         let new = self.table(old_ref.number + 1);
@@ -160,18 +160,18 @@ impl<A: Element> Ledger<A> {
         // The head's list is empty (nothing replaced it yet) and keeps its capacity.
         let mut replaced = std::mem::take(&mut self.tables.back_mut().expect("kept").last_used);
         for rows in deltas.iter().filter_map(|d| d.rows) {
-            prefetch_rows(old_ref, &layout, rows);
+            prefetch_rows(old_ref, &self.layout, rows);
         }
         for delta in deltas {
             match delta.rows {
-                None => (0..layout.pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
-                Some(rows) => rows.iter().for_each(|&row| {
-                    self.own(t, old_ref, row / layout.rows_per_page, &mut replaced)
-                }),
+                None => (0..pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
+                Some(rows) => rows
+                    .iter()
+                    .for_each(|&row| self.own(t, old_ref, row / rows_per_page, &mut replaced)),
             }
         }
         for delta in deltas {
-            apply(t, &layout, delta);
+            apply(t, &self.layout, delta);
         }
         self.last_write = replaced.len();
         let back = self.tables.back_mut().expect("the head is kept");
@@ -276,8 +276,10 @@ impl<A: Element> Ledger<A> {
                 refs: AtomicUsize::new(0),
                 book: self.book,
                 layout: Arc::clone(&self.layout),
+                handoff: Handoff::default(),
             })
         });
+        table.handoff.touch(); // (re)built from here on: see `PagedTable::handoff`
         table.number = number;
         table.refs = AtomicUsize::new(1);
         Box::into_raw(table)

@@ -28,6 +28,8 @@ pub struct PagedSnapshot<A: Element> {
 impl<A: Element> PagedSnapshot<A> {
     /// Wraps the table loaded from a variable's head while `guard` was pinned.
     pub(crate) fn new(table: NonNull<PagedTable<A>>, guard: epoch::Guard) -> Self {
+        // SAFETY: reachable from the head while `guard` is pinned (see `deref`).
+        unsafe { table.as_ref() }.handoff.look();
         Self {
             table,
             _guard: guard,
@@ -91,7 +93,8 @@ impl<A: Element> Clone for OwnedPagedSnapshot<A> {
 
 impl<A: Element> Drop for OwnedPagedSnapshot<A> {
     fn drop(&mut self) {
-        // SAFETY: we own one count and give it up.
+        self.handoff.look(); // our last use of the pages, ordered before any reuse
+                             // SAFETY: we own one count and give it up.
         unsafe { book::release(self.table.as_ptr()) };
     }
 }

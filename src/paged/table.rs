@@ -23,7 +23,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::error::{check_indices, Result};
-use crate::sync::AtomicUsize;
+use crate::sync::{AtomicUsize, Handoff};
 use crate::Element;
 
 /// A write of `k` pages copies `pages / per_chunk` directory entries and `k * per_chunk`
@@ -116,6 +116,10 @@ pub struct PagedTable<A: Element> {
     /// The book that owns this table's pages (see `book::release`); set once.
     pub(crate) book: *const super::book::Book<A>,
     pub(crate) layout: Arc<Layout>,
+    /// The writer touches it when it (re)builds the table, readers look when they reach it:
+    /// under loom, a reader not ordered after the build, or a reuse not ordered after every
+    /// reader, is a reported causality violation (pages themselves are plain memory).
+    pub(crate) handoff: Handoff,
 }
 
 impl<A: Element> PagedTable<A> {
