@@ -99,55 +99,48 @@ fn generate() -> (Vec<Rating>, Vec<Rating>) {
     (draw(RATINGS), draw(HELD_OUT))
 }
 
-/// One way to hold the two tables: read rows, add scaled rows.
+/// The two tables (users, items) of one variant.
 trait Tables: Sync {
     /// The rows `ids` of the user (`users`) or item table.
     fn gather(&self, users: bool, ids: &[usize]) -> Array2<f32>;
     fn add(&self, users: bool, ids: &[usize], alpha: f32, rows: &Array2<f32>);
 }
 
-struct Paged(PagedVariable<f32>, PagedVariable<f32>);
+/// One table of one variant: read rows, add scaled rows.
+trait Table: Sync {
+    fn gather(&self, ids: &[usize]) -> Array2<f32>;
+    fn add(&self, ids: &[usize], alpha: f32, rows: &Array2<f32>);
+}
 
-impl Paged {
-    fn table(&self, users: bool) -> &PagedVariable<f32> {
-        if users {
-            &self.0
-        } else {
-            &self.1
-        }
+/// A user table and an item table of the same kind.
+struct Pair<T>(T, T);
+
+impl<T: Table> Tables for Pair<T> {
+    fn gather(&self, users: bool, ids: &[usize]) -> Array2<f32> {
+        if users { &self.0 } else { &self.1 }.gather(ids)
+    }
+    fn add(&self, users: bool, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
+        if users { &self.0 } else { &self.1 }.add(ids, alpha, rows)
     }
 }
 
-impl Tables for Paged {
-    fn gather(&self, users: bool, ids: &[usize]) -> Array2<f32> {
-        let rows = self.table(users).gather(ids).expect("ids in range");
+impl Table for PagedVariable<f32> {
+    fn gather(&self, ids: &[usize]) -> Array2<f32> {
+        let rows = PagedVariable::gather(self, ids).expect("ids in range");
         rows.into_dimensionality().expect("2-d")
     }
-    fn add(&self, users: bool, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
-        self.table(users)
-            .scatter_scaled_add(alpha, ids, rows)
+    fn add(&self, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
+        self.scatter_scaled_add(alpha, ids, rows)
             .expect("ids in range, rows of the table's width");
     }
 }
 
-struct Locked(Mutex<Array2<f32>>, Mutex<Array2<f32>>);
-
-impl Locked {
-    fn table(&self, users: bool) -> &Mutex<Array2<f32>> {
-        if users {
-            &self.0
-        } else {
-            &self.1
-        }
+impl Table for Mutex<Array2<f32>> {
+    fn gather(&self, ids: &[usize]) -> Array2<f32> {
+        self.lock().unwrap().select(Axis(0), ids)
     }
-}
-
-impl Tables for Locked {
-    fn gather(&self, users: bool, ids: &[usize]) -> Array2<f32> {
-        self.table(users).lock().unwrap().select(Axis(0), ids)
-    }
-    fn add(&self, users: bool, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
-        let mut table = self.table(users).lock().unwrap();
+    fn add(&self, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
+        let mut table = self.lock().unwrap();
         for (&id, row) in ids.iter().zip(rows.rows()) {
             table.row_mut(id).scaled_add(alpha, &row);
         }
@@ -155,29 +148,15 @@ impl Tables for Locked {
 }
 
 /// Hogwild without synchronisation: relaxed loads and stores of each element's bits.
-struct Racy(Vec<AtomicU32>, Vec<AtomicU32>);
-
-impl Racy {
-    fn table(&self, users: bool) -> &[AtomicU32] {
-        if users {
-            &self.0
-        } else {
-            &self.1
-        }
-    }
-}
-
-impl Tables for Racy {
-    fn gather(&self, users: bool, ids: &[usize]) -> Array2<f32> {
-        let t = self.table(users);
+impl Table for Vec<AtomicU32> {
+    fn gather(&self, ids: &[usize]) -> Array2<f32> {
         Array2::from_shape_fn((ids.len(), WIDTH), |(r, c)| {
-            f32::from_bits(t[ids[r] * WIDTH + c].load(Ordering::Relaxed))
+            f32::from_bits(self[ids[r] * WIDTH + c].load(Ordering::Relaxed))
         })
     }
-    fn add(&self, users: bool, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
-        let t = self.table(users);
+    fn add(&self, ids: &[usize], alpha: f32, rows: &Array2<f32>) {
         for (&id, row) in ids.iter().zip(rows.rows()) {
-            for (cell, &d) in t[id * WIDTH..(id + 1) * WIDTH].iter().zip(row) {
+            for (cell, &d) in self[id * WIDTH..(id + 1) * WIDTH].iter().zip(row) {
                 let x = f32::from_bits(cell.load(Ordering::Relaxed)) + alpha * d;
                 cell.store(x.to_bits(), Ordering::Relaxed);
             }
@@ -283,7 +262,7 @@ fn main() {
          (Zipf users and items), {EPOCHS} epochs of batches of {BATCH} on {THREADS} threads"
     );
     let (p, q) = (initial(USERS, 1), initial(ITEMS, 2));
-    let paged = Paged(
+    let paged = Pair(
         PagedVariable::builder(p.clone())
             .name("users")
             .build()
@@ -294,9 +273,11 @@ fn main() {
             .expect("2-d"),
     );
     train("mvtensor PagedVariable", &paged, true, &ratings, &held_out);
-    let locked = Locked(Mutex::new(p.clone()), Mutex::new(q.clone()));
+    let locked = Pair(Mutex::new(p.clone()), Mutex::new(q.clone()));
     train("std Mutex", &locked, true, &ratings, &held_out);
-    let cells = |t: &Array2<f32>| t.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
-    let racy = Racy(cells(&p), cells(&q));
+    let cells = |t: &Array2<f32>| -> Vec<AtomicU32> {
+        t.iter().map(|x| AtomicU32::new(x.to_bits())).collect()
+    };
+    let racy = Pair(cells(&p), cells(&q));
     train("racy (no sync)", &racy, false, &ratings, &held_out);
 }
