@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use mvtensor::Variable;
 use ndarray::{ArrayD, IxDyn};
 
+mod common;
+use common::quiesce;
+
 const MIB: usize = 1 << 20;
 
 /// Resident set size of this process, from /proc (Linux); `None` elsewhere, and under miri
@@ -80,13 +83,9 @@ fn hundred_thousand_writes_keep_memory_bounded() {
 
     // Quiescent: nobody is pinned, so a few collections return everything retired to the
     // variable's pool, and the next write trims the pool back to one spare.
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     v.assign_add(&delta).unwrap();
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     let stats = v.stats();
     let rss_end = rss_bytes();
     assert_eq!(v.version(), writes as u64 + 1);

@@ -9,9 +9,13 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use mvtensor::{PagedVariable, Variable};
 use ndarray::{ArrayD, IxDyn};
+
+mod common;
+use common::quiesce;
 
 /// Frees of at least this many bytes count as freeing a tensor (versions here are 64 KiB).
 const TENSOR_BYTES: usize = 16 * 1024;
@@ -48,6 +52,7 @@ static ALLOCATOR: Counting = Counting;
     ignore = "a global allocator and 64 KiB tensors: too slow under miri"
 )]
 fn a_reader_never_frees_a_version() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let len = 16 * 1024; // 64 KiB of f32
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let delta = ArrayD::<f32>::ones(IxDyn(&[len]));
@@ -64,20 +69,37 @@ fn a_reader_never_frees_a_version() {
                 reads.fetch_add(1, Ordering::Relaxed);
             }
         });
+        wait_for_a_read(&reads);
         for _ in 0..2_000 {
             v.assign_add(&delta).unwrap();
         }
         done.store(true, Ordering::Release);
     });
-    assert!(reads.load(Ordering::Relaxed) > 0);
     assert_eq!(
         READER_FREES.load(Ordering::Relaxed),
         0,
         "a thread that only reads freed a tensor-sized block"
     );
-    // And the versions were recycled, not allocated anew for every write.
-    assert!(v.stats().live_versions <= 128, "{:?}", v.stats());
+    // And the versions went back to the variable, not to the allocator: once nobody is
+    // pinned, a few collections and one write leave the current version, one spare and the
+    // one it replaced. (During the run the count is not a constant: a reader descheduled
+    // while pinned holds back every version retired meanwhile; seen here up to ~400 on a
+    // loaded machine.)
+    quiesce();
+    v.assign_add(&delta).unwrap();
+    quiesce();
+    assert!(v.stats().live_versions <= 3, "{:?}", v.stats());
 }
+
+/// The writer starts once the reader has read: the test is about a reader that is running.
+fn wait_for_a_read(reads: &AtomicUsize) {
+    while reads.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// The two tests take turns: a reader of one, pinned, would hold back the other's epoch.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The same for a paged variable: its retired tables' counts drop inside whichever thread
 /// runs the epoch's deferred functions, readers included, and that only decrements; the
@@ -89,6 +111,7 @@ fn a_reader_never_frees_a_version() {
     ignore = "a global allocator and 16 KiB pages: too slow under miri"
 )]
 fn a_reader_never_frees_a_page() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (rows, width) = (4096, 64); // 64 rows of 64 f32 per page: 16 KiB
     let table = PagedVariable::builder(ndarray::Array2::<f32>::zeros((rows, width)))
         .rows_per_page(64)
@@ -107,13 +130,13 @@ fn a_reader_never_frees_a_page() {
                 reads.fetch_add(1, Ordering::Relaxed);
             }
         });
+        wait_for_a_read(&reads);
         for i in 0..2_000 {
             let far = 128 + 64 * (i % 60);
             table.scatter_add(&[0, 64, far, far + 1], &ones).unwrap();
         }
         done.store(true, Ordering::Release);
     });
-    assert!(reads.load(Ordering::Relaxed) > 0);
     assert_eq!(
         READER_FREES.load(Ordering::Relaxed),
         0,

@@ -8,7 +8,7 @@ use mvtensor::Store;
 use ndarray::{ArrayD, IxDyn};
 
 mod common;
-use common::scaled;
+use common::{quiesce, scaled};
 
 /// Back-to-back snapshots racing a writer each see a value that matches its version, and
 /// once none is in progress the writer unlinks every version they kept.
@@ -35,13 +35,9 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
         }
         done.store(true, Ordering::Release);
     });
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     w.assign_add(&ones).unwrap(); // no snapshot in progress: unlinks every older version
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     // The current one, a spare, and the one the last write replaced. (Under miri the tensor
     // is tiny, and small versions are pooled by the batch: no exact count.)
     assert!(

@@ -6,7 +6,7 @@ use mvtensor::{CriticalSection, DType, Error, Store};
 use ndarray::{arr0, ArrayD, IxDyn};
 
 mod common;
-use common::{scaled, thread_cpu_time};
+use common::{quiesce, scaled, thread_cpu_time};
 
 /// Two accounts whose sum every execution preserves; 4 writer threads transfer between them
 /// while readers take 100,000 snapshots. The sum holds in every one.
@@ -154,9 +154,7 @@ fn a_held_snapshot_keeps_exactly_its_versions() {
     for _ in 0..scaled(5, 200) {
         w.assign_add(&ones).unwrap();
     }
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     // The held one, the current one, a spare, and the one the last write replaced. (Under
     // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     let exact = !cfg!(miri);
@@ -164,9 +162,7 @@ fn a_held_snapshot_keeps_exactly_its_versions() {
     assert_eq!(snap.get::<f32, IxDyn>("w").unwrap().sum(), 0.0);
     drop(snap);
     w.assign_add(&ones).unwrap();
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
-    }
+    quiesce();
     assert!(!exact || w.stats().live_versions <= 3, "{:?}", w.stats());
 }
 
