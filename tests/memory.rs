@@ -32,7 +32,7 @@ fn rss_bytes() -> Option<usize> {
 #[test]
 fn hundred_thousand_writes_keep_memory_bounded() {
     let (len, writes) = if cfg!(miri) {
-        (16, 200)
+        (16, 100)
     } else {
         (MIB / 4, 100_000)
     };

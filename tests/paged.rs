@@ -38,7 +38,7 @@ fn paged_writes_match_a_dense_model_and_snapshots_never_change() {
             .unwrap();
         let mut model = init;
         let mut kept = Vec::new();
-        for step in 0..scaled(40, 300) {
+        for step in 0..scaled(24, 300) {
             let k = 1 + rng.below(6);
             let ids: Vec<usize> = (0..k).map(|_| rng.below(rows)).collect();
             let vals = Array2::from_shape_fn((k, width), |_| rng.below(100) as i64 - 50);

@@ -11,7 +11,7 @@ use ndarray::Array2;
 
 #[test]
 fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
-    let (rows, width, k) = (scaled(500, 100_000), 64, 32);
+    let (rows, width, k) = (scaled(100, 100_000), 64, 32);
     let table = PagedVariable::new(Array2::<f32>::zeros((rows, width))).unwrap();
     let stats = table.stats();
     assert_eq!(stats.pages_allocated, stats.table_pages);
@@ -33,7 +33,7 @@ fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
     // touched per write. Here `k` is at most 32, and every bound is checked on every write.
     let bound = stats.table_pages + 4 * k + (3 * 2 * k + 8);
     let mut peak = 0;
-    for _ in 0..scaled(60, 20_000) {
+    for _ in 0..scaled(30, 20_000) {
         write();
         peak = peak.max(table.stats().pages_allocated);
     }
@@ -42,7 +42,7 @@ fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
     // An owned snapshot holds its version: every page replaced since stays allocated...
     let held = table.read_owned();
     let before = held.to_array();
-    for _ in 0..50 {
+    for _ in 0..scaled(20, 50) {
         write();
     }
     let holding = table.stats().pages_allocated;

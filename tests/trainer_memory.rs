@@ -18,7 +18,7 @@ use ndarray::{ArrayD, IxDyn};
 #[test]
 fn a_trainer_holding_reads_across_steps_comes_back_within_the_pool_bound() {
     let (len, steps) = if cfg!(miri) {
-        (16, 400)
+        (16, 200)
     } else {
         (1024, 100_000)
     };
