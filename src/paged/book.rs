@@ -389,7 +389,9 @@ pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
     // SAFETY: as above.
     if unsafe { &*table }.refs.fetch_sub(1, Ordering::Release) == 1 {
         // Acquire: every other holder's reads of the table happen-before ours, and so
-        // before whoever frees the book after our `let_go` (as `Arc::drop` does).
+        // before whoever frees the book after our `let_go` (as `Arc::drop` does). A fence,
+        // not a load of `refs` as in `let_go`: once it is zero the writer may reuse the
+        // table and store a new count, which would not carry the holders' Release.
         fence(Ordering::Acquire);
         // SAFETY: `book` is alive while it counts this table among its holders.
         unsafe { let_go(book) };
@@ -403,9 +405,11 @@ pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
 pub(crate) unsafe fn let_go<A: Element>(book: *const Book<A>) {
     // Release: our use of the book happens-before whoever frees it.
     // SAFETY: a holder keeps the book alive.
-    if unsafe { &*book }.holders.fetch_sub(1, Ordering::Release) == 1 {
-        // Acquire: pairs with every other holder's Release decrement.
-        fence(Ordering::Acquire);
+    let holders = &unsafe { &*book }.holders;
+    if holders.fetch_sub(1, Ordering::Release) == 1 {
+        // Acquire: pairs with every other holder's Release decrement (a load, which
+        // ThreadSanitizer sees, rather than a fence).
+        holders.load(Ordering::Acquire);
         // SAFETY: the last holder: the book is ours, and its `link` is its first field.
         unsafe { orphan(book.cast_mut().cast::<Link>()) };
     }
