@@ -22,6 +22,7 @@ MUTATIONS=(
   "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot"
   "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
   "src/paged/mod.rs#self.head.store(new, Ordering::Release)#self.head.store(new, Ordering::Relaxed)#paged"
+  "src/version.rs#            if is_held {#            if false {#version"
 )
 
 only="${1:-}"

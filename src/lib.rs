@@ -45,10 +45,11 @@
 //!
 //! # What you get
 //!
-//! * **Wait-free reads.** [`Variable::read`] is an epoch pin plus one acquire load. It takes
-//!   no lock, writes no shared cache line, and never waits for a writer. The [`Snapshot`]
-//!   it returns never changes. For long-lived reads, [`Variable::read_owned`] returns a
-//!   reference-counted [`OwnedSnapshot`] that does not hold up reclamation.
+//! * **Wait-free reads.** [`Variable::read`] is an epoch pin, one acquire load and a store
+//!   to a slot of its own thread. It takes no lock, writes no shared cache line, and never
+//!   waits for a writer. The [`Snapshot`] it returns never changes, and keeps only its own
+//!   version, however long it lives. [`Variable::read_owned`] returns a reference-counted
+//!   [`OwnedSnapshot`] that can cross threads.
 //! * **Lock-free writes.** [`assign`](Variable::assign), [`update`](Variable::update),
 //!   [`fetch_update`](Variable::fetch_update) and
 //!   [`compare_and_set`](Variable::compare_and_set) publish with one compare-and-swap.
@@ -58,7 +59,8 @@
 //! * **Bounded memory, no allocation per write.** Versions are pooled: a write builds its
 //!   value in a version its variable used before. With no snapshot held, a large variable
 //!   keeps 2-3 versions; a small one about three batches of retired versions (~192 KiB at
-//!   most), handed to the epoch a batch at a time. A reader's pin never frees memory.
+//!   most), handed to the epoch a batch at a time. Snapshots add only the versions they
+//!   show. A reader's pin never frees memory.
 //! * **Any ndarray in, typed arrays out.** Writes take any array or view of any dimension;
 //!   a `Variable<f32, Ix2>`'s snapshots are 2-d arrays (`dot` works). Scalars have their
 //!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`] reads several
@@ -117,8 +119,8 @@
 //!
 //! * Every write copies the tensor (that is what makes reads free). For a single writer
 //!   updating in place with nobody reading, a plain `&mut` array is faster.
-//! * A [`Snapshot`] pins the epoch: while one is held, no version retired by any thread is
-//!   freed. Keep them short; use [`OwnedSnapshot`] for anything long.
+//! * A writer pins the epoch while it writes: one that the OS deschedules mid-write holds
+//!   back the reuse of versions retired meanwhile by every thread (a snapshot does not).
 //! * Combined `assign_add` callers may wait for the thread that applies their delta, and
 //!   critical sections are FIFO queues: a descheduled batch holder delays those behind it (a
 //!   mutex lets others barge ahead). Readers never wait.
@@ -152,6 +154,7 @@ pub mod docs;
 mod element;
 mod error;
 mod head;
+mod holds;
 mod horizon;
 mod kernel;
 mod limbo;
@@ -184,6 +187,14 @@ pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};
 pub use store::{Entries, SnapshotEntry, Store, StoreSnapshot, VariableInfo};
 pub use variable::{Variable, VariableBuilder};
+
+/// Starts a loom execution: the loom models call it first thing in every execution (see
+/// `loom/tests/common`), so that per-execution state made of loom's atomics starts afresh.
+#[cfg(mvtensor_loom)]
+#[doc(hidden)]
+pub fn loom_new_execution() {
+    holds::new_execution();
+}
 
 /// Re-exported so that users name the same `ndarray` version as mvtensor.
 pub use ndarray;

@@ -19,6 +19,7 @@
 
 use std::cell::{Cell, RefCell};
 
+use crate::holds::{self, Held};
 use crate::pool::free_orphans;
 use crate::sync::{epoch, thread_local, Ordering, ProcessAtomicPtr};
 use crate::version::{Version, VersionRef};
@@ -47,7 +48,7 @@ pub(crate) fn spares(bytes: usize) -> usize {
 /// One retired count: the version, and how to release a count of its element type.
 struct Entry {
     version: *const (),
-    release: unsafe fn(*const ()),
+    release: unsafe fn(*const (), &Held),
 }
 
 /// Retired counts waiting together for one grace period.
@@ -129,10 +130,12 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
 }
 
 /// # Safety
-/// `version` is a `Version<A>` of which the caller owns one count, and gives it up.
-unsafe fn release<A: Element>(version: *const ()) {
-    // SAFETY: the caller's contract.
-    unsafe { Version::<A>::release(version.cast()) };
+/// `version` is a `Version<A>` of which the caller owns one count, and gives it up; `held`
+/// was read after its grace period.
+unsafe fn release<A: Element>(version: *const (), held: &Held) {
+    // SAFETY: the caller's contract; every version of a batch (and what its count may release
+    // in turn) was unreachable before its grace period began.
+    unsafe { Version::<A>::release_with(version.cast(), Some(held)) };
 }
 
 /// Hands a batch to crossbeam-epoch and pushes the epoch forward.
@@ -152,6 +155,7 @@ fn seal(batch: Box<Batch>, guard: &epoch::Guard) {
         guard.flush();
     }
     free_orphans();
+    holds::recheck();
 }
 
 struct SendBatch(*mut Batch);
@@ -165,9 +169,11 @@ unsafe impl Send for SendBatch {}
 unsafe fn release_batch(batch: *mut Batch) {
     // SAFETY: the caller's contract.
     let b = unsafe { &mut *batch };
+    // The holds, read once for the batch (after its grace period: see `holds`).
+    let held = Held::now();
     for entry in b.entries.drain(..) {
         // SAFETY: each entry owns one count, and its grace period is over.
-        unsafe { (entry.release)(entry.version) };
+        unsafe { (entry.release)(entry.version, &held) };
     }
     b.bytes = 0;
     let returned = returned();

@@ -15,27 +15,60 @@
 
 use std::marker::PhantomData;
 
+use crate::holds::Held;
 use crate::stats::Counters;
 use crate::sync::{AtomicPtr, Ordering};
 use crate::version::{Building, Version};
 use crate::Element;
 
-/// The first field of every version (`#[repr(C)]`): what lets pools and the orphan list hold
-/// versions of any element type.
+/// The first field of every version (`#[repr(C)]`): what lets pools, the orphan list and
+/// the held list ([`holds`](crate::holds)) hold versions of any element type.
 pub(crate) struct Link {
     next: AtomicPtr<Link>,
     /// Frees the version this link heads (its `Box`).
     free: unsafe fn(*mut Link),
+    /// Releases one count of the version this link heads, checking holds against a `Held`.
+    release: unsafe fn(*mut Link, &Held),
 }
 
 impl Link {
-    /// The link of a `Box<V>` whose first field it is.
+    /// The link of a `Box<V>` whose first field it is, and which is never counted or held
+    /// (a paged book).
     pub(crate) fn new<V>() -> Self {
+        Self::counted::<V>(never_held)
+    }
+
+    /// The link of a counted `Box<V>` (a version) whose first field it is.
+    pub(crate) fn counted<V>(release: unsafe fn(*mut Link, &Held)) -> Self {
         Self {
             next: AtomicPtr::new(std::ptr::null_mut()),
             free: free_boxed::<V>,
+            release,
         }
     }
+
+    /// Detaches the rest of a list from `link` and returns it.
+    ///
+    /// # Safety
+    /// `link` is on a list that is exclusively the caller's.
+    pub(crate) unsafe fn take_next(link: *mut Link) -> *mut Link {
+        // SAFETY: the caller's contract. Relaxed: ours alone.
+        unsafe { (*link).next.swap(std::ptr::null_mut(), Ordering::Relaxed) }
+    }
+
+    /// Releases one count of the version `link` heads (see `Version::release_checked`).
+    ///
+    /// # Safety
+    /// The caller owns one count of that version, and gives it up.
+    pub(crate) unsafe fn release(link: *mut Link, held: &Held) {
+        // SAFETY: the caller's contract; `release` was made for the version's type.
+        unsafe { ((*link).release)(link, held) }
+    }
+}
+
+/// The `release` of a link whose owner is never counted: never called.
+unsafe fn never_held(_: *mut Link, _: &Held) {
+    debug_assert!(false, "only versions are counted");
 }
 
 /// # Safety
@@ -203,7 +236,7 @@ impl<A: Element> Home<A> {
 ///
 /// # Safety
 /// The chain is exclusively the caller's.
-unsafe fn push(top: &AtomicPtr<Link>, first: *mut Link, last: *mut Link) -> bool {
+pub(crate) unsafe fn push(top: &AtomicPtr<Link>, first: *mut Link, last: *mut Link) -> bool {
     // Relaxed: the CAS below publishes; a failure reloads.
     let mut current = top.load(Ordering::Relaxed);
     loop {

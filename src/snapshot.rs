@@ -8,53 +8,69 @@ use std::ptr::NonNull;
 use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
 
 use crate::dim::Shown;
-use crate::sync::epoch;
+use crate::holds::{self, Hold};
 use crate::version::{Pinned, Version, VersionRef};
 use crate::Element;
 
-/// A short-lived, wait-free view of one version of a variable, from
+/// A wait-free view of one version of a variable, from
 /// [`Variable::read`](crate::Variable::read).
 ///
 /// It dereferences to the tensor (ndarray's `&ArrayRef<A, D>`, on which ndarray defines its
 /// methods: `sum`, `dot` for `Ix2`, `view`, indexing, iteration), and that tensor never
 /// changes, whatever writers do. Its own methods are [`version`](Self::version),
 /// [`timestamp`](Self::timestamp), [`data`](Self::data) and
-/// [`to_owned_snapshot`](Self::to_owned_snapshot). While it lives, the thread stays *pinned* in the epoch, which delays the
-/// reclamation of every version retired meanwhile, by every thread. Keep it for a read, a
-/// sum, a step; for anything longer (across an await, a sleep, a channel) use
-/// [`Variable::read_owned`](crate::Variable::read_owned) or [`Snapshot::to_owned_snapshot`].
+/// [`to_owned_snapshot`](Self::to_owned_snapshot).
 ///
-/// `Snapshot` is neither `Send` nor `Sync`: the pin belongs to the thread that took it.
+/// A snapshot keeps its own version in memory and nothing else: `read` pins the epoch only
+/// to find the version, then *holds* it in one of its thread's hold slots (eight per thread;
+/// a thread holding more snapshots at once counts the rest on their versions, one atomic
+/// increment each). So a trainer may keep one across a whole step, and a descheduled
+/// thread holding one delays no other version's reuse.
+///
+/// `Snapshot` is neither `Send` nor `Sync`: its hold slot belongs to the thread that read
+/// it. To keep a version on another thread, use
+/// [`Variable::read_owned`](crate::Variable::read_owned) or [`Snapshot::to_owned_snapshot`].
 ///
 /// ```compile_fail
 /// let v = mvtensor::Variable::scalar(1.0f32);
 /// let snapshot = v.read();
-/// std::thread::spawn(move || snapshot.sum()); // a pin cannot cross threads
+/// std::thread::spawn(move || snapshot.sum()); // a hold cannot cross threads
 /// ```
-#[must_use = "a snapshot only pins the epoch until it is dropped"]
+#[must_use = "a snapshot only keeps its version until it is dropped"]
 pub struct Snapshot<A: Element, D: Dimension = IxDyn> {
     version: NonNull<Version<A>>,
     shown: Shown<A, D>,
-    // Declared after `version` only for readability: `version` is a plain pointer with no
-    // drop glue, and the guard is what keeps it valid.
-    _guard: epoch::Guard,
+    // What keeps `version` as it is: dropped after the fields above, which only borrow it.
+    _keep: Keep<A>,
+}
+
+/// How a [`Snapshot`] keeps its version.
+enum Keep<A: Element> {
+    /// A hold slot of this thread (see [`holds`](crate::holds)).
+    Hold(#[allow(dead_code)] Hold),
+    /// A count, when every slot is taken.
+    Count(#[allow(dead_code)] VersionRef<A>),
 }
 
 impl<A: Element, D: Dimension> Snapshot<A, D> {
-    /// Wraps a version that was reachable while `guard` was pinned.
-    pub(crate) fn new(version: Pinned<'_, A>, guard: epoch::Guard) -> Self {
+    /// Keeps `version`, found reachable under a pin that is still held.
+    pub(crate) fn new(version: Pinned<'_, A>) -> Self {
+        let keep = match holds::hold(version.as_ptr().cast()) {
+            Some(hold) => Keep::Hold(hold),
+            None => Keep::Count(version.to_ref()),
+        };
         Self {
-            // SAFETY: the version lives as long as `guard`, which the snapshot holds.
+            // SAFETY: the version (and so its data, which never moves) is kept as it is by
+            // `keep`, which the snapshot holds.
             shown: unsafe { Shown::new(&version.get().data) },
             version: NonNull::from(version.get()),
-            _guard: guard,
+            _keep: keep,
         }
     }
 
     fn pinned(&self) -> Pinned<'_, A> {
-        // SAFETY: the pointer came from a `Pinned` (so from `Arc::into_raw`), and the version
-        // was reachable from its variable while `_guard` was pinned, so it cannot be
-        // reclaimed before `_guard` is dropped, which is after `self`.
+        // SAFETY: the pointer came from a `Pinned` (so with its allocation's provenance), and
+        // `_keep` keeps the version allocated and unreused until after `self` is dropped.
         unsafe { Pinned::new(self.version.as_ptr()) }
     }
 
@@ -80,7 +96,7 @@ impl<A: Element, D: Dimension> Snapshot<A, D> {
         &self.get().data
     }
 
-    /// A reference-counted handle on the same version, which does not pin the epoch.
+    /// A reference-counted handle on the same version, `Send` and `'static`.
     pub fn to_owned_snapshot(&self) -> OwnedSnapshot<A, D> {
         OwnedSnapshot::new(self.pinned().to_ref())
     }
@@ -106,11 +122,11 @@ impl<A: Element, D: Dimension> fmt::Debug for Snapshot<A, D> {
 /// A reference-counted view of one version of a variable, from
 /// [`Variable::read_owned`](crate::Variable::read_owned).
 ///
-/// `Send + Sync + 'static`, cheap to clone, and it never pins the epoch: hold it as long as
-/// you like, only its own version stays in memory (and goes back to its variable's pool when
-/// the last holder lets go). Taking one costs one atomic increment on the version's count,
-/// which is why [`Variable::read`](crate::Variable::read) is the faster choice for short
-/// reads. It dereferences to the tensor as [`Snapshot`] does.
+/// `Send + Sync + 'static` and cheap to clone: hold it as long as you like, on any thread;
+/// only its own version stays in memory (and goes back to its variable's pool when the last
+/// holder lets go). Taking one costs one atomic increment on the version's count, a cache
+/// line that every reader of the version shares, which is why
+/// [`Variable::read`](crate::Variable::read) is the faster choice on one thread. It dereferences to the tensor as [`Snapshot`] does.
 #[must_use = "an owned snapshot keeps its version in memory until it is dropped"]
 pub struct OwnedSnapshot<A: Element, D: Dimension = IxDyn> {
     // Declared before `version`, which keeps the data it borrows alive.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 
+use crate::holds::{self, Held};
 use crate::horizon::{self, Oldest};
 use crate::limbo;
 use crate::pool::{Home, Link};
@@ -48,7 +49,7 @@ impl<A: Element> Version<A> {
         home.counters
             .version_allocated(data.len() * std::mem::size_of::<A>());
         let version = Box::new(Self {
-            link: Link::new::<Self>(),
+            link: Link::counted::<Self>(release_link::<A>),
             data,
             number: 0,
             record: Record::pending(),
@@ -164,24 +165,72 @@ impl<A: Element> Version<A> {
         }
     }
 
-    /// Drops one count; the last one hands the version back to its pool.
+    /// Drops one count; the last one hands the version back to its pool, unless a snapshot
+    /// holds it (see [`holds`](crate::holds)): then the count stays, on the held list.
     ///
     /// # Safety
     /// The caller owns one count of the version at `ptr`, and gives it up.
     pub(crate) unsafe fn release(ptr: *const Version<A>) {
+        // SAFETY: the caller's contract.
+        unsafe { Self::release_with(ptr, None) }
+    }
+
+    /// [`release`](Self::release), checking holds against `held` if given: holds read after
+    /// the version became unreachable (a batch's, read once for all its versions).
+    ///
+    /// # Safety
+    /// As for `release`; and `held`, if given, was read after the version (and every version
+    /// whose count it may release in turn, its `prev`) became unreachable.
+    pub(crate) unsafe fn release_with(ptr: *const Version<A>, held: Option<&Held>) {
         // SAFETY: the caller's count keeps the version alive until the decrement.
         let version = unsafe { &*ptr };
-        // Release: our use of the version happens-before whoever reuses it.
-        if version.refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        // Acquire (here and on failure below): if ours turns out to be the last count, every
+        // other holder's Release decrement, and the holds made before it, happen-before our
+        // look at the holds.
+        let mut refs = version.refs.load(Ordering::Acquire);
+        loop {
+            if refs > 1 {
+                // Release: our use of the version happens-before whoever reuses it.
+                match version.refs.compare_exchange_weak(
+                    refs,
+                    refs - 1,
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return,
+                    Err(now) => refs = now,
+                }
+                continue;
+            }
+            debug_assert_eq!(refs, 1, "a released version has our count");
+            // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`). Look
+            // for holds *before* letting it reach zero: a version found unheld cannot be held
+            // again (holds are made only on reachable versions), so a count never comes back
+            // from zero.
+            let is_held = match held {
+                Some(held) => held.contains(ptr.cast()),
+                None => Held::now().contains(ptr.cast()),
+            };
+            if is_held {
+                // SAFETY: our count goes to the held list with the version.
+                unsafe { holds::keep_held(ptr.cast_mut().cast::<Link>()) };
+                return;
+            }
+            // Acquire: as above, on the value the last decrement left. Acquire on failure: a
+            // holder added a count; go round again.
+            match version
+                .refs
+                .compare_exchange(1, 0, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => refs = now,
+            }
         }
-        // Acquire: pairs with every other holder's Release decrement. A load rather than a
-        // fence, as std's `Arc` does under ThreadSanitizer, which does not see fences.
-        version.refs.load(Ordering::Acquire);
-        // The last count: nobody can reach the version any more (a count is taken only
-        // from a holder of one, or under a pin that a retired link's grace period outlives).
-        // Its own `prev` count goes too: anyone pinned who reached that version through us
-        // has unpinned (our last count went through the same grace period or came after it).
+        // Nobody can reach the version any more (a count is taken only from a holder of one,
+        // a hold, or under a pin that a retired link's grace period outlives), and nobody
+        // holds it. Its own `prev` count goes too: anyone pinned who reached that version
+        // through us has unpinned, and anyone who holds it made the hold before our grace
+        // period ended (so `held` shows it).
         // Relaxed (both): exclusive access now. A load, and a store only when there is a
         // link: no read-modify-write on the path every retired version takes.
         let prev = version.prev.load(Ordering::Relaxed);
@@ -191,10 +240,19 @@ impl<A: Element> Version<A> {
         // SAFETY: the last count was ours: the version is exclusively ours to hand back.
         unsafe { Home::give_back(ptr.cast_mut()) };
         if !prev.is_null() {
-            // SAFETY: `prev` held one count, now ours.
-            unsafe { Version::release(prev) };
+            // SAFETY: `prev` held one count, now ours; `held` covers it (the contract).
+            unsafe { Version::release_with(prev, held) };
         }
     }
+}
+
+/// [`Version::release_with`] through a type-erased link (the held list's).
+///
+/// # Safety
+/// As for `release_with`; `link` heads a `Version<A>`.
+unsafe fn release_link<A: Element>(link: *mut Link, held: &Held) {
+    // SAFETY: the caller's contract; `link` is the version's first field.
+    unsafe { Version::<A>::release_with(link.cast::<Version<A>>(), Some(held)) };
 }
 
 impl<A: Element> Drop for Version<A> {

@@ -142,3 +142,39 @@ fn a_lone_writer_reuses_two_versions() {
         }
     });
 }
+
+/// Holds (`holds.rs`): a snapshot keeps its version after its pin has ended. The writer
+/// retires the version and pushes the epoch through a grace period, so
+/// its last count goes while the reader still holds it; the reader then turns its snapshot
+/// into an owned one (a count taken through the hold) and drops the hold. Neither view may
+/// ever see the version reused, and the owned one outlives more writes.
+#[test]
+fn a_held_version_outlives_its_grace_period_and_passes_to_an_owned_snapshot() {
+    run_model("a_held_version_outlives_its_grace_period", || {
+        let v = scalar(0);
+        let reader = {
+            let v = v.clone();
+            thread::spawn(move || {
+                let snap = v.read();
+                let seen = snap[[]];
+                thread::yield_now(); // the writer retires our version meanwhile
+                assert_eq!(snap[[]], seen, "a held version was reused");
+                let owned = snap.to_owned_snapshot();
+                drop(snap);
+                assert_eq!(owned[[]], seen, "an owned snapshot's version was reused");
+                (seen, owned)
+            })
+        };
+        v.assign_add(&value(1)).unwrap();
+        for _ in 0..2 {
+            crossbeam_epoch::pin().flush();
+        }
+        let (seen, owned) = reader.join().unwrap();
+        v.assign_add(&value(1)).unwrap();
+        for _ in 0..2 {
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(owned[[]], seen, "an owned snapshot's version was reused");
+        assert_eq!(v.read()[[]], 2);
+    });
+}

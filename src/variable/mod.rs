@@ -15,6 +15,7 @@ use crate::combine::Combiner;
 use crate::dim;
 use crate::error::{check_shape, same_shape, Error, Result};
 use crate::head::Head;
+use crate::holds;
 use crate::kernel;
 use crate::limbo;
 use crate::pool::Home;
@@ -23,7 +24,7 @@ use crate::section::{Claims, Resource};
 use crate::stats::Stats;
 use crate::sync::{epoch, next_id};
 use crate::ticket::TicketQueue;
-use crate::version::{Building, Pinned, Version};
+use crate::version::{Building, Version};
 use crate::{Element, OwnedSnapshot, Snapshot};
 
 pub(crate) use write::Taker;
@@ -182,21 +183,19 @@ impl<A: Element, D: Dimension> Variable<A, D> {
 
     /// The current value, wait-free.
     ///
-    /// One epoch pin and one acquire load of the head: no lock, no retry, no write to memory
-    /// shared with other threads, and never a wait for a writer (a write that is still
-    /// committing is simply not visible yet). The snapshot pins this thread's epoch while it
-    /// lives: keep it short, or use [`read_owned`](Self::read_owned).
+    /// An epoch pin, one acquire load of the head, and a store to one of this thread's hold
+    /// slots: no lock, no retry, no write to memory another thread writes, and never a wait
+    /// for a writer (a write that is still committing is simply not visible yet). The pin
+    /// ends before `read` returns; the snapshot keeps only its own version (see
+    /// [`Snapshot`]), so it may live as long as a training step or longer. To send it to
+    /// another thread, use [`read_owned`](Self::read_owned).
     #[must_use = "a read has no effect"]
     pub fn read(&self) -> Snapshot<A, D> {
-        let guard = epoch::pin();
-        let version = self.inner.head.visible(&guard).as_ptr();
-        // SAFETY: the version was reachable while `guard` is pinned, and `guard` moves into
-        // the snapshot, so the version outlives it.
-        Snapshot::new(unsafe { Pinned::new(version) }, guard)
+        Snapshot::new(self.inner.head.visible(&epoch::pin()))
     }
 
-    /// The current value as a reference-counted snapshot that does not pin the epoch:
-    /// `Send`, `'static`, and free to live as long as you like.
+    /// The current value as a reference-counted snapshot: `Send`, `'static`, and free to
+    /// live as long as you like, on any thread.
     #[must_use = "a read has no effect"]
     pub fn read_owned(&self) -> OwnedSnapshot<A, D> {
         OwnedSnapshot::new(self.inner.head.visible(&epoch::pin()).to_ref())
@@ -274,7 +273,7 @@ impl<A: Element> Inner<A> {
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
     /// (its values are whatever they were: every writer overwrites them all).
     pub(crate) fn building(&self, like: &ArrayD<A>, taker: Taker) -> Building<A> {
-        let taken = match taker {
+        let take = || match taker {
             Taker::Anyone => self.home.take(),
             Taker::FlagHolder => {
                 let keep = limbo::spares(like.len() * std::mem::size_of::<A>());
@@ -283,6 +282,11 @@ impl<A: Element> Inner<A> {
                 unsafe { self.home.take_held(keep) }
             }
         };
+        // A dry pool: versions whose snapshots were dropped may be waiting on the held list.
+        let taken = take().or_else(|| {
+            holds::recheck();
+            take()
+        });
         let Some(mut building) = taken else {
             return Version::allocate(ArrayD::default(like.raw_dim()), &self.home);
         };

@@ -209,9 +209,8 @@ impl<A: Element> Variable<A> {
     ) -> Result<Snapshot<A, D>> {
         let guard = epoch::pin();
         let (old, _) = self.write(&guard, Taker::Anyone, make)?;
-        let old = old.as_ptr();
-        // SAFETY: `old` was the head while `guard` was pinned; `guard` moves into the snapshot.
-        Ok(Snapshot::new(unsafe { Pinned::new(old) }, guard))
+        // `old` was the head while `guard` is pinned, and still is reachable for us.
+        Ok(Snapshot::new(old))
     }
 
     /// The write loop: build the next value from the current version in a pooled version,

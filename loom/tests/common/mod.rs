@@ -21,7 +21,10 @@ pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
         "model {name}: preemption bound {:?}",
         builder.preemption_bound
     );
-    builder.check(f);
+    builder.check(move || {
+        mvtensor::loom_new_execution();
+        f()
+    });
 }
 
 /// A 0-d i64 variable holding `x`: the scalar payload every model uses.
