@@ -5,23 +5,33 @@
 //! such reader has unpinned, but asking it costs: a `defer` is ~25-30 ns and the `flush` that
 //! makes it timely ~160-260 ns (measured here), more than a 1K-element add. So each thread
 //! collects its retired counts in a batch and hands the whole batch to crossbeam with one
-//! `defer` and one `flush` once it holds [`BATCH_BYTES`] or [`BATCH`] versions. The deferred
-//! function only releases counts: versions go back to their variables' pools (one CAS
-//! each), and the batch itself goes back on a list of empty batches. So whichever thread
-//! runs it, a reader's pin included, frees no memory, takes no lock and runs no destructor
-//! of ours. (crossbeam's own bookkeeping, a node per 64 deferred functions, is its own.)
+//! `defer` and one `flush` once it holds [`BATCH_BYTES`] or [`BATCH`] versions.
 //!
-//! The price is memory: a small version waits for its batch to fill and then for two epoch
-//! advances, so a variable written by one thread holds about three batches of versions in
-//! flight (the pool recycles them; see [`spares`]). A large version (64 KiB and up) is a batch
-//! on its own, and its writer pushes the epoch forward right after the write
+//! **The deferred function only marks the batch expired** (one compare-and-swap on the
+//! batch); the thread that sealed it releases its counts the next time it seals a batch,
+//! finishes a large write ([`reclaim_now`]) or finds a pool dry ([`collect`]). So versions
+//! go back to their pools from the thread that retired them, usually the one that writes
+//! them next, rather than from whichever thread crossbeam collects on (measured before: two
+//! threads writing two variables each released the other's versions, a cache line moved per
+//! version and per pool push). Whichever thread runs the deferred function, a reader's pin
+//! included, frees no memory, takes no lock and runs no destructor of ours. (crossbeam's own
+//! bookkeeping, a node per 64 deferred functions, is its own.) A thread that exits hands its
+//! batches still in their grace period to their deferred functions (*orphaned*), which then
+//! release them themselves.
+//!
+//! The price is memory: a small version waits for its batch to fill, for two epoch advances
+//! and for its thread's next seal, so a variable written by one thread holds about three
+//! batches of versions in flight (the pool recycles them; see [`spares`]); a thread that
+//! stops writing keeps its last expired batches (at most [`BATCH_BYTES`] each of small
+//! versions) until it writes again or exits. A large version (64 KiB and up) is a batch on
+//! its own, and its writer pushes the epoch forward and releases it right after the write
 //! ([`reclaim_now`]), so a lone writer alternates between two buffers.
 
 use std::cell::{Cell, RefCell};
 
 use crate::holds::{self, Held};
 use crate::pool::free_orphans;
-use crate::sync::{epoch, thread_local, Ordering, ProcessAtomicPtr};
+use crate::sync::{epoch, thread_local, AtomicUsize, Ordering, ProcessAtomicPtr};
 use crate::version::{Version, VersionRef};
 use crate::Element;
 
@@ -55,34 +65,99 @@ struct Entry {
 struct Batch {
     entries: Vec<Entry>,
     bytes: usize,
+    /// Whose job the release is, once sealed: [`PENDING`], [`EXPIRED`] or [`ORPHANED`].
+    state: AtomicUsize,
     /// Links empty batches on the global list of returned ones.
     next: *mut Batch,
 }
+
+/// Sealed, in its grace period: its thread will release it once it expires.
+const PENDING: usize = 0;
+/// Its grace period is over: its thread releases it at its next look.
+const EXPIRED: usize = 1;
+/// Its thread exited during its grace period: the deferred function releases it.
+const ORPHANED: usize = 2;
 
 impl Batch {
     fn new() -> Box<Self> {
         Box::new(Self {
             entries: Vec::with_capacity(BATCH),
             bytes: 0,
+            state: AtomicUsize::new(PENDING),
             next: std::ptr::null_mut(),
         })
     }
 }
 
-/// A thread's batch being filled, and empty batches ready for the next.
+/// A thread's batch being filled, its sealed batches (oldest first), and empty batches
+/// ready for the next.
 #[derive(Default)]
 #[allow(clippy::vec_box)] // batches cross threads as `Box` pointers: they stay boxed here
 struct Local {
     filling: Option<Box<Batch>>,
+    sealed: Vec<*mut Batch>,
     spare: Vec<Box<Batch>>,
 }
 
+impl Local {
+    /// Releases every sealed batch whose grace period is over.
+    fn release_expired(&mut self) {
+        // Acquire: pairs with the deferred function's Release (see `expire`).
+        let expired = |batch: &*mut Batch| {
+            // SAFETY: a sealed batch stays allocated until its release, below.
+            unsafe { &**batch }.state.load(Ordering::Acquire) == EXPIRED
+        };
+        if !self.sealed.iter().any(expired) {
+            return;
+        }
+        // The holds, read once for every expired batch (after their grace periods).
+        let held = Held::now();
+        let mut i = 0;
+        while i < self.sealed.len() {
+            if expired(&self.sealed[i]) {
+                let batch = self.sealed.remove(i);
+                // SAFETY: expired, so ours again: the deferred function is done with it.
+                let batch = unsafe { release_batch(batch, &held) };
+                self.spare.push(batch);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
 impl Drop for Local {
-    /// A thread that exits hands what it retired to crossbeam, as a batch of its own.
+    /// A thread that exits seals what it retired, and leaves each batch still in its grace
+    /// period to its deferred function.
+    ///
+    /// Not under loom, where a thread-local destructor must make no atomic access (loom runs
+    /// them as its thread ends, in no fixed order, and an access there crashed the models):
+    /// an exited thread's retirements stay unreleased for the rest of the execution.
     fn drop(&mut self) {
+        if cfg!(mvtensor_loom) {
+            std::mem::forget(std::mem::take(&mut self.sealed));
+            return;
+        }
         if let Some(batch) = self.filling.take() {
             if !batch.entries.is_empty() {
-                seal(batch, &epoch::pin());
+                let guard = epoch::pin();
+                self.sealed.push(seal(batch, &guard));
+            }
+        }
+        let mut held = None;
+        for batch in std::mem::take(&mut self.sealed) {
+            // AcqRel: Release hands the batch to the deferred function; Acquire (also on
+            // failure) pairs with its Release if it expired first.
+            // SAFETY: a sealed batch stays allocated until its release.
+            if let Err(EXPIRED) = unsafe { &*batch }.state.compare_exchange(
+                PENDING,
+                ORPHANED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                let held = held.get_or_insert_with(Held::now);
+                // SAFETY: expired, so ours.
+                give_away(unsafe { release_batch(batch, held) });
             }
         }
     }
@@ -125,8 +200,29 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
         if bytes >= BATCH_BYTES {
             SEALED_LARGE.with(|large| large.set(true));
         }
-        seal(batch, guard);
+        // The flush in `seal` may run deferred functions on this thread: not while `LOCAL`
+        // is borrowed (an orphaned batch's release must not find it borrowed).
+        let sealed = seal(batch, guard);
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            local.sealed.push(sealed);
+            local.release_expired();
+        });
+        free_orphans();
+        holds::recheck();
     }
+}
+
+/// Releases what this thread retired whose grace period is over, and looks again at held
+/// versions: for a writer whose pool is dry.
+pub(crate) fn collect() {
+    // `try_with`: not while this thread's limbo is being torn down.
+    let _ = LOCAL.try_with(|local| {
+        if let Ok(mut local) = local.try_borrow_mut() {
+            local.release_expired();
+        }
+    });
+    holds::recheck();
 }
 
 /// # Safety
@@ -138,49 +234,86 @@ unsafe fn release<A: Element>(version: *const (), held: &Held) {
     unsafe { Version::<A>::release_with(version.cast(), Some(held)) };
 }
 
-/// Hands a batch to crossbeam-epoch and pushes the epoch forward.
+/// Hands a batch to crossbeam-epoch and pushes the epoch forward. Returns the sealed batch,
+/// for its thread's list.
 ///
 /// Under loom the flush is left out: exploring crossbeam's collection on every write made the
 /// store-snapshot models run for tens of minutes. The models that check reuse
 /// (`loom/tests/version.rs`) flush themselves, and the others release at shutdown.
-fn seal(batch: Box<Batch>, guard: &epoch::Guard) {
-    let batch = SendBatch(Box::into_raw(batch));
+fn seal(batch: Box<Batch>, guard: &epoch::Guard) -> *mut Batch {
+    // Relaxed: handed to the deferred function by `defer` itself.
+    batch.state.store(PENDING, Ordering::Relaxed);
+    let batch = Box::into_raw(batch);
+    let sealed = SendBatch(batch);
     guard.defer(move || {
-        let batch = batch;
-        // SAFETY: the batch is ours (sealed, handed to this one deferred call) and its
-        // counts have waited out the grace period that `defer` promises.
-        unsafe { release_batch(batch.0) }
+        let sealed = sealed;
+        // SAFETY: the deferred call's grace period is over; the batch is allocated until
+        // someone releases it, which is after this expiry.
+        unsafe { expire(sealed.0) }
     });
     if !cfg!(mvtensor_loom) {
         guard.flush();
     }
-    free_orphans();
-    holds::recheck();
+    batch
 }
 
 struct SendBatch(*mut Batch);
-// SAFETY: a sealed batch is touched by the one thread that runs its deferred function.
+// SAFETY: a sealed batch's state is atomic, and its entries are touched only by whoever
+// the state makes responsible for its release.
 unsafe impl Send for SendBatch {}
+
+/// The end of a batch's grace period (its deferred function): marks it expired for its
+/// thread, or releases it if its thread has exited.
+///
+/// # Safety
+/// `batch` is sealed, its grace period is over, and this is its one deferred call.
+unsafe fn expire(batch: *mut Batch) {
+    // AcqRel: Release hands the grace period (everything ordered before this call, the holds
+    // made by pinned readers included) to the thread that releases the batch; Acquire (also on
+    // failure) pairs with the exiting thread's Release if it orphaned the batch first.
+    // SAFETY: allocated until released, which needs this call's mark or its own release.
+    let state = unsafe { &*batch }.state.compare_exchange(
+        PENDING,
+        EXPIRED,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    if state == Err(ORPHANED) {
+        // SAFETY: orphaned, so ours; its grace period is over.
+        give_away(unsafe { release_batch(batch, &Held::now()) });
+    }
+}
 
 /// Releases every count of a sealed batch and returns the empty batch.
 ///
 /// # Safety
-/// `batch` is a sealed batch, exclusively the caller's, whose grace period is over.
-unsafe fn release_batch(batch: *mut Batch) {
-    // SAFETY: the caller's contract.
-    let b = unsafe { &mut *batch };
-    // The holds, read once for the batch (after its grace period: see `holds`).
-    let held = Held::now();
+/// `batch` is a sealed batch, exclusively the caller's, whose grace period is over; `held`
+/// was read after it.
+unsafe fn release_batch(batch: *mut Batch, held: &Held) -> Box<Batch> {
+    // SAFETY: the caller's contract; every sealed batch came from `Box::into_raw`.
+    let mut b = unsafe { Box::from_raw(batch) };
     for entry in b.entries.drain(..) {
         // SAFETY: each entry owns one count, and its grace period is over.
-        unsafe { (entry.release)(entry.version, &held) };
+        unsafe { (entry.release)(entry.version, held) };
     }
     b.bytes = 0;
+    b
+}
+
+/// Puts an empty batch of an exited thread on the global list for any thread's next batch.
+/// (Under loom it is freed: a batch holds a loom atomic, which must not outlive its
+/// execution on a process-wide list.)
+fn give_away(batch: Box<Batch>) {
+    if cfg!(mvtensor_loom) {
+        return;
+    }
+    let batch = Box::into_raw(batch);
     let returned = returned();
     // Relaxed: the CAS publishes.
     let mut top = returned.load(Ordering::Relaxed);
     loop {
-        b.next = top;
+        // SAFETY: ours until the CAS succeeds.
+        unsafe { (*batch).next = top };
         // Release: hands the batch (its emptied vector) to the thread that takes it.
         match returned.compare_exchange_weak(top, batch, Ordering::Release, Ordering::Relaxed) {
             Ok(_) => return,
@@ -206,9 +339,7 @@ fn empty_batch(spare: &mut Vec<Box<Batch>>) -> Box<Batch> {
     spare.pop().unwrap_or_else(Batch::new)
 }
 
-/// Empty batches, returned by whichever thread released them. A process-wide static also
-/// under loom: crossbeam runs deferred functions while loom tears an execution down, and an
-/// empty batch holds nothing of loom's.
+/// Empty batches of exited threads. (Unused under loom: see `give_away`.)
 fn returned() -> &'static ProcessAtomicPtr<Batch> {
     static RETURNED: ProcessAtomicPtr<Batch> = ProcessAtomicPtr::new(std::ptr::null_mut());
     &RETURNED
@@ -228,5 +359,6 @@ pub(crate) fn reclaim_now() {
         for _ in 0..2 {
             epoch::pin().flush();
         }
+        LOCAL.with(|local| local.borrow_mut().release_expired());
     }
 }

@@ -21,7 +21,7 @@ fn snapshots_held_across_thousands_of_writes_hold_back_only_their_versions() {
     // 64 KiB versions: each is retired in a batch of its own and reclaimed before its write
     // returns, so the count is exact at every write (small ones come back a batch at a time).
     let len = 16 * 1024;
-    let writes = scaled(40, 3_000);
+    let writes = scaled(6, 3_000);
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let one = ArrayD::<f32>::ones(IxDyn(&[len]));
     let (to_reader, reader_gets) = mpsc::channel::<()>();

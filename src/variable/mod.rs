@@ -15,7 +15,6 @@ use crate::combine::Combiner;
 use crate::dim;
 use crate::error::{check_shape, same_shape, Error, Result};
 use crate::head::Head;
-use crate::holds;
 use crate::kernel;
 use crate::limbo;
 use crate::pool::Home;
@@ -282,9 +281,10 @@ impl<A: Element> Inner<A> {
                 unsafe { self.home.take_held(keep) }
             }
         };
-        // A dry pool: versions whose snapshots were dropped may be waiting on the held list.
+        // A dry pool: this thread's expired retirements, and versions whose snapshots were
+        // dropped, may be waiting to come back.
         let taken = take().or_else(|| {
-            holds::recheck();
+            limbo::collect();
             take()
         });
         let Some(mut building) = taken else {
