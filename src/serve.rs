@@ -135,6 +135,19 @@ impl<P> Server<P> {
     ) -> u64 {
         let request: *mut Request<P> = request;
         if self.requests.try_lock() {
+            if wait == Wait::Spin && self.requests.looks_empty() {
+                // Alone, on a server of short batches (small dense deltas): serve our own
+                // request as a batch of one, with none of a batch's bookkeeping (nobody
+                // else's request to take, finish or wake): 10-15 ns of a 1K write's ~175.
+                // Requests that arrive meanwhile are the flag's to hand on when it is
+                // dropped (a spinning caller takes the flag by itself). Servers whose callers
+                // park (large deltas, sections) take the whole batch path, so that arrivals
+                // up to the `take` still join the first batch.
+                let _flag = Flag { server: self, wait };
+                // SAFETY: ours, and not announced: nobody else sees it.
+                let payload = unsafe { &mut (*request).payload };
+                return server.serve(&mut [payload]);
+            }
             self.hold(request, wait, server);
             // Relaxed: we set it ourselves, in `hold`.
             // SAFETY: our own request; its batch is over.
