@@ -8,8 +8,9 @@
 //! `defer` and one `flush` once it holds [`BATCH_BYTES`] or [`BATCH`] versions.
 //!
 //! **The deferred function only marks the batch expired** (one compare-and-swap on the
-//! batch); the thread that sealed it releases its counts the next time it seals a batch,
-//! finishes a large write ([`reclaim_now`]) or finds a pool dry ([`collect`]). So versions
+//! batch); the thread that sealed it releases its counts at its next retirement (which
+//! looks at its oldest sealed batch), after a large write ([`reclaim_now`]) or when it
+//! finds a pool dry ([`collect`]). So versions
 //! go back to their pools from the thread that retired them, usually the one that writes
 //! them next, rather than from whichever thread crossbeam collects on (measured before: two
 //! threads writing two variables each released the other's versions, a cache line moved per
@@ -185,6 +186,15 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
     let full = LOCAL.with(|local| {
         let mut local = local.borrow_mut();
         let local = &mut *local;
+        // The oldest sealed batch is usually the first to expire: one load per retirement
+        // brings batches home as soon as they can come (not only at this thread's next seal).
+        if local.sealed.first().is_some_and(|&oldest| {
+            // Acquire: as in `release_expired`.
+            // SAFETY: a sealed batch stays allocated until its release.
+            unsafe { &*oldest }.state.load(Ordering::Acquire) == EXPIRED
+        }) {
+            local.release_expired();
+        }
         let batch = local
             .filling
             .get_or_insert_with(|| empty_batch(&mut local.spare));

@@ -114,12 +114,15 @@ impl Report<'_> {
 /// Why a cost target of issue 8 is missed, by row name.
 fn cost_why(row: &str) -> &'static str {
     if row.starts_with("assign_add 1K") {
-        "On top of the add, a write pays an epoch pin, a pool take, the combiner flag, a \
-         clock and horizon read, the head CAS, and its share of one crossbeam `defer` + \
-         `flush` (~300 ns) per 16 retired versions; and it writes into a version retired about \
-         50 writes earlier (the pool cycles about three batches), in L2 rather than L1. \
-         Closing it needs grace periods cheaper than crossbeam's flush (a reuse check per \
-         variable, say), which the product's choice of crossbeam-epoch rules out for now."
+        "On top of the add, a write pays about six atomic read-modify-writes (the epoch pin, \
+         the combiner flag, a pool take, the head CAS, and, per version released, the count's \
+         last CAS and the pool push: ~5 ns each here), a clock and horizon read, and its \
+         share of one crossbeam `defer` + `flush` per 16 retired versions (~300 ns, of which a \
+         2 KiB memmove of crossbeam's bag and a node allocation); and it writes into a version \
+         retired about 50 writes earlier (the pool cycles about three batches), in L2 rather \
+         than L1. Closing it needs grace periods cheaper than crossbeam's flush (a reuse \
+         check per variable, say), which the product's choice of crossbeam-epoch rules out \
+         for now, and a pool a writer takes from without a swap."
     } else if row.starts_with("assign_add") {
         "Copy-on-write streams one more tensor than the add in place (the same run's \
          out-of-place add is the floor), and a large write also pays two epoch flushes to get \
@@ -138,8 +141,11 @@ fn cost_why(row: &str) -> &'static str {
          grace periods cheaper than crossbeam's flush, as for `assign_add 1K`."
     } else if row.starts_with("2 threads") {
         "The two variables share no line but crossbeam-epoch's global state: each thread's \
-         batch flush scans the other's epoch slot and pushes to the global queue. Compare \
-         with the machine's own two-thread ratio printed under the table."
+         batch flush scans the other's epoch slot, pushes its bag on the global queue and \
+         collects bags the other pushed (crossbeam allocates and frees the queue's nodes on \
+         either thread). Each thread's retired versions come home through its own thread \
+         (the deferred function only marks a batch expired), so what is left is crossbeam's. \
+         Compare with the machine's own two-thread ratio printed under the table."
     } else {
         ""
     }
@@ -175,12 +181,13 @@ const WHY: &str = r#"
   and 1M elements the sum dwarfs the cost of an RwLock's read lock, readers of an RwLock
   also run in parallel, and writes are rare, so the RwLocks keep up. mvtensor's wait-free
   read only pays off where reads are short or writers hold the lock long.
-* **A descheduled reader delays reclamation.** A `read()` pins the epoch for as long as its
-  snapshot lives; a pinned thread that the OS deschedules holds back the release of every
-  version retired meanwhile (by any thread), so writers allocate, the pool grows (it is
-  trimmed back afterwards) and resident memory with it. Long readers should use
-  `read_owned()`. Small versions also come back a batch at a time (~three batches of 64 KiB
-  in flight per variable), the price of one crossbeam flush per batch rather than per write.
+* **A descheduled writer delays reclamation.** A snapshot holds only its own version (a
+  hold slot, not a pin), but a write pins the epoch while it runs; a writer that the OS
+  deschedules mid-write holds back the release of every version retired meanwhile (by any
+  thread), so other writers allocate, the pool grows (it is trimmed back afterwards) and
+  resident memory with it. Small versions also come back a batch at a time (~three batches
+  of 64 KiB in flight per variable), the price of one crossbeam flush per batch rather than
+  per write.
 * **Latency tails are the scheduler's.** With more threads than cores, a reader of any
   variant can lose its core for a time slice mid-read; p99 and p99.9 then measure the
   scheduler, not the data structure.
