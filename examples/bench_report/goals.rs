@@ -403,8 +403,9 @@ impl Report<'_> {
                 "{}. Live versions are every version the variable has allocated: the \
                  current one, pooled spares, and retired ones waiting for a grace period. \
                  Retired versions go to crossbeam-epoch a batch at a time (64 KiB or 32 \
-                 versions per flush), so a small, very frequently written variable keeps about \
-                 three batches in flight or pooled ({}). In resident memory at 1M: {:.1} \
+                 versions per flush) and come home through the thread that retired them, so \
+                 a small, very frequently written variable keeps about three batches per \
+                 writing thread in flight or pooled ({}). In resident memory at 1M: {:.1} \
                  copies in steady state, against {:.1} for the locks and {:.1} for arc-swap, \
                  whose writers each build a new tensor. {} live versions (pool included) make \
                  {:.0} copies; the remaining ~{:.1} are freed buffers the allocator keeps \
