@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The tests under a sanitizer, on nightly, with std rebuilt instrumented (-Zbuild-std; needs
+# the rust-src component, which miri also needs).
+#
+#   bin/sanitizers.sh address              # AddressSanitizer + LeakSanitizer: unit and
+#                                          # integration tests
+#   bin/sanitizers.sh thread               # ThreadSanitizer: the stress tests
+#   bin/sanitizers.sh thread --test paged  # one file
+#
+# Each sanitizer builds in its own target directory. Suppressions and why: bin/*.supp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?"usage: bin/sanitizers.sh address|thread [cargo test arguments]"}
+shift
+host=$(rustc -vV | awk '/^host:/ { print $2 }')
+export RUSTFLAGS="${RUSTFLAGS:-} -Zsanitizer=$kind"
+export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -Zsanitizer=$kind"
+export CARGO_TARGET_DIR=target/$kind
+case $kind in
+address)
+    # The resident-memory checks of tests/memory.rs count ASan's quarantine of freed
+    # blocks unless it is small.
+    export ASAN_OPTIONS="detect_leaks=1:quarantine_size_mb=16:halt_on_error=1"
+    export LSAN_OPTIONS="suppressions=$PWD/bin/lsan.supp:print_suppressions=0"
+    default=(--lib --tests)
+    ;;
+thread)
+    export TSAN_OPTIONS="suppressions=$PWD/bin/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
+    # The multi-threaded tests that are quick natively (TSan runs them 5-15x slower).
+    default=(--test promises --test combining --test sections --test snapshots --test paged
+        --test rayon --test linearizability --test reader_frees_nothing --test queue
+        --test held_snapshots)
+    ;;
+*)
+    echo "unknown sanitizer: $kind (address or thread)" >&2
+    exit 2
+    ;;
+esac
+(($# > 0)) || set -- "${default[@]}"
+exec cargo +nightly test -Zbuild-std --target "$host" "$@"
