@@ -134,9 +134,7 @@ fn a_lone_writer_reuses_two_versions() {
         let v = scalar(0);
         for i in 1..=3 {
             v.assign_add(&value(1)).unwrap();
-            for _ in 0..2 {
-                crossbeam_epoch::pin().flush(); // two epoch advances release the batch
-            }
+            two_grace_steps(); // two epoch advances release the batch
             assert_eq!(v.read()[[]], i);
             assert_eq!(v.stats().live_versions, 2, "after write {i}");
         }
@@ -144,8 +142,8 @@ fn a_lone_writer_reuses_two_versions() {
 }
 
 /// Holds (`holds.rs`): a snapshot keeps its version after its pin has ended. The writer
-/// retires the version and pushes the epoch through a grace period, so
-/// its last count goes while the reader still holds it; the reader then turns its snapshot
+/// retires the version and pushes the epoch through a grace period, so its last count goes
+/// while the reader still holds it; the reader then turns its snapshot
 /// into an owned one (a count taken through the hold) and drops the hold. Neither view may
 /// ever see the version reused, and the owned one outlives more writes.
 #[test]
@@ -166,15 +164,19 @@ fn a_held_version_outlives_its_grace_period_and_passes_to_an_owned_snapshot() {
             })
         };
         v.assign_add(&value(1)).unwrap();
-        for _ in 0..2 {
-            crossbeam_epoch::pin().flush();
-        }
+        two_grace_steps();
         let (seen, owned) = reader.join().unwrap();
         v.assign_add(&value(1)).unwrap();
-        for _ in 0..2 {
-            crossbeam_epoch::pin().flush();
-        }
+        two_grace_steps();
         assert_eq!(owned[[]], seen, "an owned snapshot's version was reused");
         assert_eq!(v.read()[[]], 2);
     });
+}
+
+/// Pushes crossbeam's epoch forward twice (when nobody pinned holds it back): enough for a
+/// batch sealed before to expire. (Under loom, limbo seals without flushing.)
+fn two_grace_steps() {
+    for _ in 0..2 {
+        crossbeam_epoch::pin().flush();
+    }
 }
