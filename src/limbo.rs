@@ -10,18 +10,17 @@
 //! **The deferred function only marks the batch expired** (one compare-and-swap on the
 //! batch); the thread that sealed it releases its counts at its next retirement (which
 //! looks at its oldest sealed batch), after a large write ([`reclaim_now`]) or when it
-//! finds a pool dry ([`collect`]). So versions
-//! go back to their pools from the thread that retired them, usually the one that writes
-//! them next, rather than from whichever thread crossbeam collects on (measured before: two
-//! threads writing two variables each released the other's versions, a cache line moved per
-//! version and per pool push). Whichever thread runs the deferred function, a reader's pin
+//! finds a pool dry ([`collect`]). So versions go back to their pools from the thread that
+//! retired them, usually the one that writes them next, rather than from whichever thread
+//! crossbeam collects on (measured before: two threads writing two variables each released
+//! the other's versions, a cache line moved per version and per pool push). Whichever thread runs the deferred function, a reader's pin
 //! included, frees no memory, takes no lock and runs no destructor of ours. (crossbeam's own
 //! bookkeeping, a node per 64 deferred functions, is its own.) A thread that exits hands its
 //! batches still in their grace period to their deferred functions (*orphaned*), which then
 //! release them themselves.
 //!
 //! The price is memory: a small version waits for its batch to fill, for two epoch advances
-//! and for its thread's next seal, so a variable written by one thread holds about three
+//! and for its thread's next retirement, so a variable written by one thread holds about three
 //! batches of versions in flight (the pool recycles them; see [`spares`]); a thread that
 //! stops writing keeps its last expired batches (at most [`BATCH_BYTES`] each of small
 //! versions) until it writes again or exits. A large version (64 KiB and up) is a batch on
@@ -136,7 +135,6 @@ impl Drop for Local {
     /// an exited thread's retirements stay unreleased for the rest of the execution.
     fn drop(&mut self) {
         if cfg!(mvtensor_loom) {
-            std::mem::forget(std::mem::take(&mut self.sealed));
             return;
         }
         if let Some(batch) = self.filling.take() {

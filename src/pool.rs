@@ -57,7 +57,7 @@ impl Link {
         unsafe { detach_next(link) }
     }
 
-    /// Releases one count of the version `link` heads (see `Version::release_checked`).
+    /// Releases one count of the version `link` heads (see `Version::release_with`).
     ///
     /// # Safety
     /// The caller owns one count of that version, and gives it up.

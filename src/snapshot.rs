@@ -126,7 +126,8 @@ impl<A: Element, D: Dimension> fmt::Debug for Snapshot<A, D> {
 /// only its own version stays in memory (and goes back to its variable's pool when the last
 /// holder lets go). Taking one costs one atomic increment on the version's count, a cache
 /// line that every reader of the version shares, which is why
-/// [`Variable::read`](crate::Variable::read) is the faster choice on one thread. It dereferences to the tensor as [`Snapshot`] does.
+/// [`Variable::read`](crate::Variable::read) is the faster choice on one thread. It
+/// dereferences to the tensor as [`Snapshot`] does.
 #[must_use = "an owned snapshot keeps its version in memory until it is dropped"]
 pub struct OwnedSnapshot<A: Element, D: Dimension = IxDyn> {
     // Declared before `version`, which keeps the data it borrows alive.

@@ -209,7 +209,7 @@ impl<A: Element> Variable<A> {
     ) -> Result<Snapshot<A, D>> {
         let guard = epoch::pin();
         let (old, _) = self.write(&guard, Taker::Anyone, make)?;
-        // `old` was the head while `guard` is pinned, and still is reachable for us.
+        // `old` was the head while `guard` is pinned: reachable, so the snapshot may hold it.
         Ok(Snapshot::new(old))
     }
 
