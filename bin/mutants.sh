@@ -18,7 +18,7 @@ MUTATIONS=(
   "src/serve.rs#(*request).outcome.store(self.outcome, Ordering::Release)#(*request).outcome.store(self.outcome, Ordering::Relaxed)#combine section"
   "src/serve.rs#fence(Ordering::SeqCst);#/* fence removed */#combine"
   "src/announce.rs#self.busy.store(false, Ordering::Release);#self.busy.store(false, Ordering::Relaxed);#combine section"
-  "src/ticket.rs#self.queue.serving.store(self.number + 1, Ordering::Release);#self.queue.serving.store(self.number + 1, Ordering::Relaxed);#section"
+  "src/ticket.rs#self.serving.store(number + 1, Ordering::Release);#self.serving.store(number + 1, Ordering::Relaxed);#section"
   "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot"
   "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
   "src/paged/mod.rs#self.head.store(new, Ordering::Release)#self.head.store(new, Ordering::Relaxed)#paged"

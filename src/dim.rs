@@ -30,11 +30,45 @@ pub(crate) fn view<A, D: Dimension>(data: &ArrayD<A>) -> ArrayView<'_, A, D> {
         .expect("a typed handle's rank is checked on every write")
 }
 
-/// As [`view`], mutable.
-pub(crate) fn view_mut<A, D: Dimension>(data: &mut ArrayD<A>) -> ArrayViewMut<'_, A, D> {
-    data.view_mut()
-        .into_dimensionality()
-        .expect("a typed handle's rank is checked on every write")
+/// How a [`TxnMut`](crate::TxnMut) shows a working copy as `&mut ArrayRef<A, D>`: the
+/// array itself for `IxDyn` (nothing built: a view cost ~135 instructions per write of a
+/// tiny execution), else a typed view of it.
+pub(crate) enum ShownMut<'a, A, D: Dimension> {
+    Dyn(&'a mut ArrayD<A>),
+    Typed(ArrayViewMut<'a, A, D>),
+}
+
+impl<'a, A, D: Dimension> ShownMut<'a, A, D> {
+    pub(crate) fn new(data: &'a mut ArrayD<A>) -> Self {
+        if is_dyn::<D>() {
+            return Self::Dyn(data);
+        }
+        Self::Typed(
+            data.view_mut()
+                .into_dimensionality()
+                .expect("a typed handle's rank is checked on every write"),
+        )
+    }
+
+    pub(crate) fn get(&self) -> &ArrayRef<A, D> {
+        match self {
+            // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`).
+            Self::Dyn(data) => unsafe { same_dyn(data) },
+            Self::Typed(view) => view,
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut ArrayRef<A, D> {
+        match self {
+            Self::Dyn(data) => {
+                let dynamic: &mut ArrayRef<A, IxDyn> = data;
+                // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`), so the two types are
+                // one type; the cast keeps the pointer's slice metadata.
+                unsafe { &mut *(std::ptr::from_mut(dynamic) as *mut ArrayRef<A, D>) }
+            }
+            Self::Typed(view) => view,
+        }
+    }
 }
 
 /// How a snapshot shows a version's tensor as `&ArrayRef<A, D>`.

@@ -6,29 +6,41 @@
 //! queued variable directly: both return [`Error::Reentrant`] at once. (Writes inside an
 //! execution go through its `Txn`.)
 
-use std::cell::RefCell;
-use std::fmt;
-use std::sync::Arc;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 use crate::error::Error;
 use crate::sync::thread_local;
 
 /// What a thread holding tickets is doing.
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 pub(crate) enum Inside {
     /// An execution of the named section (the thread may be running a whole batch).
-    Execution(Arc<str>),
+    Execution,
     /// The closure of an `update`/`fetch_update` of the named queued variable.
-    QueuedUpdate(Arc<str>),
+    QueuedUpdate,
 }
 
-impl fmt::Display for Inside {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Inside::Execution(section) => write!(f, "an execution of section `{section}`"),
-            Inside::QueuedUpdate(variable) => write!(
-                f,
-                "the update closure of `{variable}`, which holds its ticket (it belongs to a \
+/// What this thread is inside, and the name of the section or variable. The name is
+/// borrowed, not counted: an `Arc` clone per execution was a locked increment on a line
+/// every thread of the section shares. It is valid while the [`Running`] that set it lives
+/// (which borrows it), and only this thread reads it.
+#[derive(Clone, Copy)]
+struct Entered {
+    inside: Inside,
+    name: NonNull<str>,
+}
+
+impl Entered {
+    fn describe(self) -> String {
+        // SAFETY: set by a `Running<'n>` of this thread that is still alive (it clears the
+        // cell when dropped), and `'n` covers the name.
+        let name = unsafe { self.name.as_ref() };
+        match self.inside {
+            Inside::Execution => format!("an execution of section `{name}`"),
+            Inside::QueuedUpdate => format!(
+                "the update closure of `{name}`, which holds its ticket (it belongs to a \
                  critical section)"
             ),
         }
@@ -37,53 +49,59 @@ impl fmt::Display for Inside {
 
 #[cfg(not(mvtensor_loom))]
 thread_local! {
-    static RUNNING: RefCell<Option<Inside>> = const { RefCell::new(None) };
+    static RUNNING: Cell<Option<Entered>> = const { Cell::new(None) };
 }
 
 #[cfg(mvtensor_loom)] // loom's thread_local! has no `const` form
 thread_local! {
-    static RUNNING: RefCell<Option<Inside>> = RefCell::new(None);
+    static RUNNING: Cell<Option<Entered>> = Cell::new(None);
 }
 
 /// Marks this thread as inside ticket-holding work until dropped.
-pub(crate) struct Running(());
+pub(crate) struct Running<'n>(PhantomData<&'n str>);
 
-impl Running {
-    /// Enters `inside`, or explains why this thread may not (it is inside something already;
-    /// `attempted` says what it tried).
-    pub(crate) fn enter(inside: Inside, attempted: impl FnOnce() -> String) -> Result<Self, Error> {
+impl<'n> Running<'n> {
+    /// Enters `inside` the section or variable called `name`, or explains why this thread
+    /// may not (it is inside something already; `attempted` says what it tried).
+    pub(crate) fn enter(
+        inside: Inside,
+        name: &'n str,
+        attempted: impl FnOnce() -> String,
+    ) -> Result<Self, Error> {
         RUNNING.with(|running| {
-            let mut running = running.borrow_mut();
-            if let Some(outer) = running.as_ref() {
+            if let Some(outer) = running.get() {
                 return Err(Error::Reentrant {
-                    running: outer.to_string(),
+                    running: outer.describe(),
                     attempted: attempted(),
                 });
             }
-            *running = Some(inside);
-            Ok(Running(()))
+            running.set(Some(Entered {
+                inside,
+                name: NonNull::from(name),
+            }));
+            Ok(Running(PhantomData))
         })
     }
 }
 
-impl Drop for Running {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
-        RUNNING.with(|running| running.borrow_mut().take());
+        RUNNING.with(|running| running.set(None));
     }
 }
 
 /// `Err(Reentrant)` if this thread is inside ticket-holding work; `what` describes the attempt.
 pub(crate) fn check_outside(what: impl FnOnce() -> String) -> Result<(), Error> {
-    RUNNING.with(|running| match running.borrow().as_ref() {
+    match RUNNING.with(Cell::get) {
         Some(outer) => Err(Error::Reentrant {
-            running: outer.to_string(),
+            running: outer.describe(),
             attempted: what(),
         }),
         None => Ok(()),
-    })
+    }
 }
 
 /// Whether this thread is inside ticket-holding work.
 pub(crate) fn inside() -> bool {
-    RUNNING.with(|running| running.borrow().is_some())
+    RUNNING.with(|running| running.get().is_some())
 }

@@ -135,23 +135,7 @@ impl<P> Server<P> {
     ) -> u64 {
         let request: *mut Request<P> = request;
         if self.requests.try_lock() {
-            if wait == Wait::Spin && self.requests.looks_empty() {
-                // Alone, on a server of short batches (small dense deltas): serve our own
-                // request as a batch of one, with none of a batch's bookkeeping (nobody
-                // else's request to take, finish or wake): 10-15 ns of a 1K write's ~175.
-                // Requests that arrive meanwhile are the flag's to hand on when it is
-                // dropped (a spinning caller takes the flag by itself). Servers whose callers
-                // park (large deltas, sections) take the whole batch path, so that arrivals
-                // up to the `take` still join the first batch.
-                let _flag = Flag { server: self, wait };
-                // SAFETY: ours, and not announced: nobody else sees it.
-                let payload = unsafe { &mut (*request).payload };
-                return server.serve(&mut [payload]);
-            }
-            self.hold(request, wait, server);
-            // Relaxed: we set it ourselves, in `hold`.
-            // SAFETY: our own request; its batch is over.
-            return unsafe { (*request).outcome.load(Ordering::Relaxed) };
+            return self.hold(request, wait, server);
         }
         if wait != Wait::Spin {
             // SAFETY: not announced yet: ours alone. `push` publishes the handle with it.
@@ -191,16 +175,35 @@ impl<P> Server<P> {
     }
 
     /// Holding the flag: runs batches (the first with `mine`, if not null) while requests
-    /// keep arriving, then lets go without stranding any (the flag's destructor).
-    fn hold(&self, mut mine: *mut Request<P>, wait: Wait, server: &impl Serve<P>) {
+    /// keep arriving, then lets go without stranding any (the flag's destructor). Returns
+    /// `mine`'s outcome (0 for none).
+    fn hold(&self, mine: *mut Request<P>, wait: Wait, server: &impl Serve<P>) -> u64 {
         let _flag = Flag { server: self, wait };
-        for _ in 0..PASSES {
+        let outcome = if mine.is_null() {
+            self.batch(ptr::null_mut(), server);
+            WAITING
+        } else if (wait == Wait::Spin || !cfg!(mvtensor_loom)) && self.requests.looks_empty() {
+            // Alone: serve our own request as a batch of one, with none of a batch's
+            // bookkeeping (nobody else's request to take, finish or wake): 10-15 ns of a 1K
+            // write's ~175, ~20% of a tiny execution. Requests that arrive meanwhile are
+            // served by the passes below, as in a batch. (Under loom only spinning callers
+            // take it: with it, the section models never explored two executions in one
+            // batch, even at preemption bound 3; the combining models cover this path.)
+            // SAFETY: ours, and not announced: nobody else sees it.
+            server.serve(&mut [unsafe { &mut (*mine).payload }])
+        } else {
             self.batch(mine, server);
-            mine = ptr::null_mut();
+            // Relaxed: we set it ourselves, in `batch`.
+            // SAFETY: our own request; its batch is over.
+            unsafe { (*mine).outcome.load(Ordering::Relaxed) }
+        };
+        for _ in 1..PASSES {
             if self.requests.looks_empty() {
                 break;
             }
+            self.batch(ptr::null_mut(), server);
         }
+        outcome
     }
 
     /// Serves every pending request, then `mine` (if not null), as one batch.

@@ -49,10 +49,34 @@ impl Ticket<'_> {
     }
 }
 
+impl Ticket<'_> {
+    /// Keeps the ticket served without this handle: [`TicketQueue::leave`] serves the next
+    /// one. For a batch holding tickets on many queues, which need not store each number.
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl TicketQueue {
+    /// Serves the ticket after the one the caller holds.
+    ///
+    /// # Safety
+    /// The caller holds this queue's served ticket, kept with [`Ticket::keep`].
+    pub(crate) unsafe fn leave(&self) {
+        // Relaxed: only a holder writes `serving`, and we hold it: this reads our own number.
+        let number = self.serving.load(Ordering::Relaxed);
+        self.serve_after(number);
+    }
+
+    fn serve_after(&self, number: u64) {
+        // Release: everything done while holding the ticket happens-before the next holder.
+        self.serving.store(number + 1, Ordering::Release);
+    }
+}
+
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        // Release: everything done while holding the ticket happens-before the next holder.
-        self.queue.serving.store(self.number + 1, Ordering::Release);
+        self.queue.serve_after(self.number);
     }
 }
 

@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use mvtensor::{CriticalSection, Error, Variable};
-use ndarray::{arr0, ArrayD, ArrayViewMutD, IxDyn, Zip};
+use ndarray::{arr0, ArrayD, ArrayRef, IxDyn, Zip};
 
 use super::{drive, Budget, Throughput};
 
@@ -45,9 +45,9 @@ fn zeros(i: usize) -> ArrayD<f32> {
 
 /// One Adam step of one tensor, in place (the same expression for every variant).
 pub fn adam(
-    p: &mut ArrayViewMutD<'_, f32>,
-    m: &mut ArrayViewMutD<'_, f32>,
-    v: &mut ArrayViewMutD<'_, f32>,
+    p: &mut ArrayRef<f32, IxDyn>,
+    m: &mut ArrayRef<f32, IxDyn>,
+    v: &mut ArrayRef<f32, IxDyn>,
     g: &ArrayD<f32>,
     t: i64,
 ) {
@@ -97,13 +97,7 @@ impl Plain {
         self.t += 1;
         for (i, g) in grads.iter().enumerate() {
             let (p, m, v) = (&mut self.p[i], &mut self.m[i], &mut self.v[i]);
-            adam(
-                &mut p.view_mut(),
-                &mut m.view_mut(),
-                &mut v.view_mut(),
-                g,
-                self.t,
-            );
+            adam(p, m, v, g, self.t);
         }
     }
 }

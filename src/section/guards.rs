@@ -4,10 +4,10 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use ndarray::{ArrayD, ArrayRef, ArrayViewMut, Dimension, IxDyn};
+use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
 
 use super::slot::Borrow;
-use crate::dim::Shown;
+use crate::dim::{Shown, ShownMut};
 use crate::version::VersionRef;
 use crate::Element;
 
@@ -25,12 +25,13 @@ pub(super) enum RefInner<'t, A: Element> {
     Outside(VersionRef<A>),
 }
 
-/// The mutable borrow of a resource's working copy inside an execution. Derefs to an
-/// [`ArrayViewMut`] of the handle's dimension, so every in-place ndarray operation works on
-/// it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`); the shape cannot change.
+/// The mutable borrow of a resource's working copy inside an execution. Derefs to the
+/// array (`&mut ArrayRef<A, D>`, as `&mut *array_view_mut` would), so every in-place ndarray
+/// operation works on it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`, `view_mut`); the shape
+/// cannot change.
 #[must_use]
 pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
-    pub(super) view: ArrayViewMut<'t, A, D>,
+    pub(super) shown: ShownMut<'t, A, D>,
     pub(super) _borrow: Borrow<'t>,
 }
 
@@ -50,16 +51,16 @@ impl<A: Element, D: Dimension> Deref for TxnRef<'_, A, D> {
     }
 }
 
-impl<'t, A: Element, D: Dimension> Deref for TxnMut<'t, A, D> {
-    type Target = ArrayViewMut<'t, A, D>;
-    fn deref(&self) -> &ArrayViewMut<'t, A, D> {
-        &self.view
+impl<A: Element, D: Dimension> Deref for TxnMut<'_, A, D> {
+    type Target = ArrayRef<A, D>;
+    fn deref(&self) -> &ArrayRef<A, D> {
+        self.shown.get()
     }
 }
 
-impl<'t, A: Element, D: Dimension> DerefMut for TxnMut<'t, A, D> {
-    fn deref_mut(&mut self) -> &mut ArrayViewMut<'t, A, D> {
-        &mut self.view
+impl<A: Element, D: Dimension> DerefMut for TxnMut<'_, A, D> {
+    fn deref_mut(&mut self) -> &mut ArrayRef<A, D> {
+        self.shown.get_mut()
     }
 }
 
@@ -71,6 +72,6 @@ impl<A: Element, D: Dimension> fmt::Debug for TxnRef<'_, A, D> {
 
 impl<A: Element, D: Dimension> fmt::Debug for TxnMut<'_, A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.view, f)
+        fmt::Debug::fmt(self.shown.get(), f)
     }
 }

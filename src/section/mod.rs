@@ -28,7 +28,6 @@ use std::sync::Arc;
 use batch::{Batcher, Job};
 use ndarray::Dimension;
 use slot::{AnySlot, Slot};
-use smallvec::{smallvec, SmallVec};
 
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef};
@@ -39,7 +38,7 @@ use crate::limbo::reclaim_now;
 use crate::running::{Inside, Running};
 use crate::stats::SectionStats;
 use crate::sync::next_id;
-use crate::ticket::{Ticket, TicketQueue};
+use crate::ticket::TicketQueue;
 use crate::{Element, Variable};
 
 /// What a section needs from a variable without knowing its element type.
@@ -281,7 +280,7 @@ impl CriticalSection {
         E: From<Error> + Send,
     {
         let inner = &*self.inner;
-        let _running = Running::enter(Inside::Execution(Arc::clone(&inner.name)), || {
+        let _running = Running::enter(Inside::Execution, &inner.name, || {
             format!("execute on section `{}`", inner.name)
         })?;
         let mut f = Some(f);
@@ -308,12 +307,34 @@ impl CriticalSection {
 
 impl SectionInner {
     /// Takes a ticket on every resource in id order, each served before the next is taken.
-    /// (Inline for up to four resources: a batch allocates nothing for its tickets.)
-    fn enter(&self) -> SmallVec<[Ticket<'_>; 4]> {
+    /// The tickets are kept by the returned guard, which stores nothing per resource: a batch
+    /// over many variables (an optimizer's parameters and moments) allocates nothing.
+    fn enter(&self) -> BatchTickets<'_> {
         if self.resources.is_empty() {
-            return smallvec![self.own_queue.enter()];
+            self.own_queue.enter().keep();
         }
-        self.resources.iter().map(|r| r.queue().enter()).collect()
+        for resource in &self.resources {
+            resource.queue().enter().keep();
+        }
+        BatchTickets(self)
+    }
+}
+
+/// The tickets a batch holds on its section's queues; dropping it (also on unwind) serves
+/// the next ticket of each.
+struct BatchTickets<'s>(&'s SectionInner);
+
+impl Drop for BatchTickets<'_> {
+    fn drop(&mut self) {
+        let section = self.0;
+        if section.resources.is_empty() {
+            // SAFETY: `enter` kept the section's own ticket.
+            unsafe { section.own_queue.leave() };
+        }
+        for resource in &section.resources {
+            // SAFETY: `enter` kept a ticket on every resource.
+            unsafe { resource.queue().leave() };
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use super::guards::{RefInner, TxnMut, TxnRef};
 use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
-use crate::dim::{self, Shown};
+use crate::dim::{Shown, ShownMut};
 use crate::error::{same_shape, Error, Result};
 use crate::kernel::{self, standard_elements, Delta, Op};
 use crate::record::CommitRecord;
@@ -274,7 +274,7 @@ impl<'s> Txn<'s> {
             self.slot(variable.erased())?
                 .write(self.section, init, &self.guard)?;
         Ok(TxnMut {
-            view: dim::view_mut(data),
+            shown: ShownMut::new(data),
             _borrow: borrow,
         })
     }

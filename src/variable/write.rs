@@ -5,8 +5,6 @@
 //! as an owned `Array<A, E>` (moved in). The write loop itself works on the dynamic-dimensional
 //! handle, so it is compiled once per element type, not once per dimension.
 
-use std::sync::Arc;
-
 use ndarray::{Array, ArrayRef, Dimension};
 
 use crate::combine::Publish;
@@ -247,7 +245,8 @@ impl<A: Element> Variable<A> {
                                    // Holding the ticket, `make` (an `update` closure) must not wait for another.
             let _inside = match ticket {
                 Some(_) => Some(Running::enter(
-                    Inside::QueuedUpdate(Arc::clone(&inner.name)),
+                    Inside::QueuedUpdate,
+                    &inner.name,
                     || format!("an update of `{}`", self.name()), // not reached: checked above
                 )?),
                 None => None,
