@@ -270,9 +270,19 @@ impl CriticalSection {
     /// that arrives while a batch is forming may be served before it (never more than once:
     /// nobody starves).
     ///
+    /// **Reading a resource inside `f`.** Read it through the [`Txn`]: `Variable::read` of a
+    /// resource inside `f` shows the committed value, from before this execution (see
+    /// [`Txn`]), and a direct write to it is [`Error::Reentrant`].
+    ///
     /// # Errors
     /// `f`'s own error; or [`Error::Reentrant`] (converted into `E`) at once if this thread
     /// is already inside an execution of any section.
+    ///
+    /// # Panics
+    /// If `f` panics, the panic is resumed in this caller once its batch is over (nothing of
+    /// `f` is committed; the executions batched with it commit as usual). Nothing else in
+    /// `execute` panics, short of a bug in mvtensor (a batch that fails outside any closure
+    /// commits nothing, and each of its callers is told with a panic).
     pub fn execute<R, E, F>(&self, f: F) -> Result<R, E>
     where
         F: FnOnce(&mut Txn<'_>) -> Result<R, E> + Send,
