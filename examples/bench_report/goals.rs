@@ -332,11 +332,14 @@ impl Report<'_> {
             why: format!(
                 "Counter: {:.3}x at worst against its goal ({} threads, against {}). With one \
                  thread an execution took {} against {} for the best lock, whose body is one \
-                 add. An execution writes its working copy in place now (no array, `Box` or \
-                 `Arc` per execution), but still pays, in about 1,650 instructions (callgrind): \
-                 the re-entrancy flag, the batch flag and its release, a ticket per resource, an \
-                 epoch pin, a pooled working copy, a pre-committed install and the retirement \
-                 of the old version through the epoch (limbo). Executions that arrive together \
+                 add. An execution writes its working copy in place and allocates nothing, and a \
+                 lone one skips the batch bookkeeping, but it still pays, in about 1,300 \
+                 instructions (callgrind): the re-entrancy mark, the batch flag and its release, \
+                 a ticket per resource, an epoch pin, a pooled working copy, the install of a \
+                 new version and the retirement of the old one through the epoch (limbo). A \
+                 version per commit is the design's floor: the lock-free `fetch_add`, which pays \
+                 only that, costs ~480 instructions (~60 ns, 5x the lock), so the 1-thread goal \
+                 (~31 ns) is out of reach while every commit publishes a version. Executions that arrive together \
                  run back to back on one thread and commit once (a batch), waiters park: at 8 \
                  threads an execution took {} ({:.1}x its one-thread cost). (The lock-free \
                  `fetch_update` counter does {} increments/s at 8 threads, {:.1}x the \

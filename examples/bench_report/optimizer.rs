@@ -70,12 +70,14 @@ impl Report<'_> {
                  best mutex. The arithmetic is the same; on top of it each step copies the 12 \
                  tensors it writes into working copies (the old versions stay readable: that \
                  is the point of versions), installs 13 versions with one shared commit record, \
-                 and retires the 13 it replaced through the epoch (callgrind: ~27.7k \
-                 instructions per step against ~8k under the mutex, of which ~7k are the Adam \
-                 arithmetic, ~3.3k the copies, ~9k the commit and retirement). Closing it needs \
-                 cheaper retirement per version (one epoch deferral per batch of variables \
-                 rather than per version) and fewer versions (moments packed beside their \
-                 parameters).",
+                 and retires the 13 it replaced through the epoch (callgrind: ~28k \
+                 instructions per step against ~12k for the same step on plain arrays, the \
+                 mutex's body; of the difference ~3.3k are the copies, ~7k the installs and \
+                 retirements, ~5k the working copies' and the section's bookkeeping). A version costs at least \
+                 ~650 instructions (copy, install, retirement), so 13 versions a step cap this \
+                 design near 0.6x. Closing it needs fewer versions: the moments, which only the \
+                 optimizer reads, kept by the section outside the version chain (a store \
+                 snapshot would then copy them inside an execution instead of counting them).",
                 worst.1,
                 worst.0,
                 latency(ns(self.optimizer(1, OptimizerVariant::Mvtensor))),
