@@ -144,3 +144,7 @@ pub(crate) fn oldest() -> Oldest {
     }
     oldest
 }
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_horizon.rs"]
+mod loom_horizon;

@@ -176,6 +176,11 @@ mod ticket;
 mod variable;
 mod version;
 
+/// `run_model` for the component loom models beside the code (`src/tests/loom_*.rs`).
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_model.rs"]
+mod loom_model;
+
 pub use element::{DType, Element};
 pub use error::{Error, QueueProblem, Result};
 pub use paged::{

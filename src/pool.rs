@@ -365,3 +365,7 @@ pub(crate) fn free_orphans() {
         unsafe { free_list(list) };
     }
 }
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_pool.rs"]
+mod loom_pool;

@@ -161,6 +161,10 @@ pub(crate) fn tick() -> u64 {
     clock().fetch_add(1, Ordering::AcqRel)
 }
 
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_record.rs"]
+mod loom_record;
+
 #[cfg(all(test, not(mvtensor_loom)))]
 mod tests {
     use super::*;

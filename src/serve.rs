@@ -301,3 +301,7 @@ impl<P> Drop for Flag<'_, P> {
         }
     }
 }
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_serve.rs"]
+mod loom_serve;

@@ -80,6 +80,10 @@ impl Drop for Ticket<'_> {
     }
 }
 
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_ticket.rs"]
+mod loom_ticket;
+
 #[cfg(all(test, not(mvtensor_loom)))]
 mod tests {
     use super::*;

@@ -1,0 +1,54 @@
+//! Shared by the component loom models beside the code (`src/tests/loom_*.rs`, each declared
+//! from the module it checks, so that it can drive that module's private parts): one way to
+//! run a model, as `loom/tests/common` has, and the pruning that makes three waiters
+//! tractable.
+//!
+//! Built only for `cargo test --lib` under `--cfg mvtensor_loom` (`bin/loom.sh` runs them).
+//!
+//! **Why prune.** Two threads that wait by yielding (a [`Backoff`](crate::sync::Backoff))
+//! for a third make loom's scheduler alternate between them forever: a switch away from a
+//! thread that yields is no preemption, so the bound does not stop it, and the model runs
+//! into loom's branch limit (tokio-rs/loom#53). So in these models a waiter that snoozes a
+//! second time in one wait stops loom from exploring alternatives for the rest of that
+//! execution (`loom::skip_branch`), which then runs to its end on loom's default schedule,
+//! its assertions still checked. Every loop that snoozes here does nothing in a failed
+//! round but load (the ticket's `serving`, a request's outcome and the flag), so an
+//! execution with a second failed round behaves, for every other thread and for the waiter
+//! after it, as one without it, which loom explores in full.
+
+/// Runs `f` under loom with a preemption bound (default 2, `LOOM_MAX_PREEMPTIONS`
+/// overrides), starting each execution's per-execution state afresh.
+pub(crate) fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    eprintln!(
+        "model {name}: preemption bound {:?}",
+        builder.preemption_bound
+    );
+    let start = std::time::Instant::now();
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&executions);
+    builder.check(move || {
+        // Relaxed: a count read after `check` returns, on this thread.
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::loom_new_execution();
+        f()
+    });
+    eprintln!(
+        "model {name}: {} executions, {:.1} s",
+        executions.load(std::sync::atomic::Ordering::Relaxed),
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Called by [`Backoff::snooze`](crate::sync::Backoff::snooze) (in this test build only)
+/// with the wait's count of snoozes: the second one in a wait ends exploration for this
+/// execution (module docs).
+pub(crate) fn snoozed(snoozes: &mut u32) {
+    *snoozes += 1;
+    if *snoozes >= 2 {
+        loom::skip_branch();
+    }
+}
