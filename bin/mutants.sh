@@ -4,28 +4,56 @@
 # fails if a weakened copy still passes every one of them (or if a mutation no longer
 # applies: the code moved, so the list below needs updating).
 #
-#   bin/mutants.sh            # every mutation (about 10-15 minutes on 2 cores)
+#   bin/mutants.sh            # every mutation (about 30 minutes on 2 cores)
 #   bin/mutants.sh 3          # only mutation number 3
+#   bin/mutants.sh 10-20      # mutations 10 to 20
 #
-# Each line of MUTATIONS: file # exact text # replacement # loom test files (space-separated)
-# ('#' separates: the code texts contain '|').
+# Each line of MUTATIONS: file # exact text # replacement # models (space-separated)
+# ('#' separates: the code texts contain '|'). A model is a file of loom/tests (`version`:
+# `bin/loom.sh --test version`) or `lib:FILTER`, the component models beside the code whose
+# names contain FILTER (`lib:loom_serve`: `bin/loom.sh --lib loom_serve`). In the texts, `\n`
+# stands for a line break (the indentation after it is part of the text).
 # The first occurrence of the text is replaced. docs/verification.md lists the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MUTATIONS=(
   "src/head.rs#.compare_exchange(expected.raw, tagged, Ordering::AcqRel, Ordering::Relaxed)#.compare_exchange(expected.raw, tagged, Ordering::Relaxed, Ordering::Relaxed)#version"
-  "src/serve.rs#(*request).outcome.store(self.outcome, Ordering::Release)#(*request).outcome.store(self.outcome, Ordering::Relaxed)#combine section"
-  "src/serve.rs#fence(Ordering::SeqCst);#/* fence removed */#combine"
-  "src/announce.rs#self.busy.store(false, Ordering::Release);#self.busy.store(false, Ordering::Relaxed);#combine section"
-  "src/ticket.rs#self.serving.store(number + 1, Ordering::Release);#self.serving.store(number + 1, Ordering::Relaxed);#section"
-  "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot"
+  "src/serve.rs#(*request).outcome.store(self.outcome, Ordering::Release)#(*request).outcome.store(self.outcome, Ordering::Relaxed)#combine section lib:loom_serve"
+  "src/serve.rs#fence(Ordering::SeqCst);#/* fence removed */#combine lib:loom_serve"
+  "src/announce.rs#self.busy.store(false, Ordering::Release);#self.busy.store(false, Ordering::Relaxed);#combine section lib:loom_serve"
+  "src/ticket.rs#self.serving.store(number + 1, Ordering::Release);#self.serving.store(number + 1, Ordering::Relaxed);#section lib:loom_ticket"
+  "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot lib:loom_horizon"
   "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
   "src/paged/mod.rs#self.head.store(new, Ordering::Release)#self.head.store(new, Ordering::Relaxed)#paged"
   "src/version.rs#            if is_held {#            if false {#version"
+  "src/ticket.rs#while self.serving.load(Ordering::Acquire) != number#while self.serving.load(Ordering::Relaxed) != number#lib:loom_ticket"
+  "src/pool.rs#match top.compare_exchange_weak(current, first, Ordering::Release, Ordering::Relaxed)#match top.compare_exchange_weak(current, first, Ordering::Relaxed, Ordering::Relaxed)#lib:loom_pool"
+  "src/pool.rs#let mut list = self.cache.swap(std::ptr::null_mut(), Ordering::Acquire);#let mut list = self.cache.swap(std::ptr::null_mut(), Ordering::Relaxed);#lib:loom_pool"
+  "src/pool.rs#list = self.free.swap(std::ptr::null_mut(), Ordering::Acquire);#list = self.free.swap(std::ptr::null_mut(), Ordering::Relaxed);#lib:loom_pool"
+  "src/pool.rs#let displaced = self.cache.swap(rest, Ordering::AcqRel);#let displaced = self.cache.swap(rest, Ordering::Release);#lib:loom_pool"
+  "src/announce.rs#                Ordering::Release,\n                Ordering::Relaxed,\n            ) {#                Ordering::Relaxed,\n                Ordering::Relaxed,\n            ) {#lib:loom_serve"
+  "src/announce.rs#.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)#.compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)#lib:loom_serve"
+  "src/announce.rs#self.pending.swap(ptr::null_mut(), Ordering::Acquire)#self.pending.swap(ptr::null_mut(), Ordering::Relaxed)#lib:loom_serve"
+  "src/serve.rs#            fence(Ordering::SeqCst);\n            if requests.looks_empty()#            if requests.looks_empty()#lib:loom_serve"
+  "src/record.rs#ts << 1 | COMMITTED,\n                Ordering::AcqRel,#ts << 1 | COMMITTED,\n                Ordering::Acquire,#lib:loom_record"
+  "src/record.rs#Ordering::AcqRel,\n                Ordering::Acquire,\n            ) {\n                Ok(_) => return ts,#Ordering::AcqRel,\n                Ordering::Relaxed,\n            ) {\n                Ok(_) => return ts,#lib:loom_record"
+  "src/record.rs#let mut word = self.word.load(Ordering::Acquire);#let mut word = self.word.load(Ordering::Relaxed);#lib:loom_record"
+  "src/record.rs#(see \`timestamp\`).\n        let mut word = self.word.load(Ordering::Acquire);#(see \`timestamp\`).\n        let mut word = self.word.load(Ordering::Relaxed);#lib:loom_record"
+  "src/record.rs#(at + 1) << 1,\n                Ordering::AcqRel,#(at + 1) << 1,\n                Ordering::Acquire,#lib:loom_record"
+  "src/record.rs#let word = self.word.load(Ordering::Acquire);#let word = self.word.load(Ordering::Relaxed);#lib:loom_record"
+  "src/record.rs#let ts = clock().load(Ordering::Acquire);\n            debug_assert!#let ts = clock().load(Ordering::Relaxed);\n            debug_assert!#lib:loom_horizon"
+  "src/record.rs#let ts = clock().load(Ordering::Acquire);\n        Self {#let ts = clock().load(Ordering::Relaxed);\n        Self {#lib:loom_horizon"
+  "src/horizon.rs#Some(i) => h.slots[i].store(FREE, Ordering::Release),#Some(i) => h.slots[i].store(FREE, Ordering::Relaxed),#lib:loom_horizon"
+  "src/horizon.rs#h.in_progress.fetch_sub(1, Ordering::Release);#h.in_progress.fetch_sub(1, Ordering::Relaxed);#lib:loom_horizon"
+  "src/horizon.rs#if h.in_progress.load(Ordering::Acquire) == 0#if h.in_progress.load(Ordering::Relaxed) == 0#lib:loom_horizon"
+  "src/horizon.rs#match slot.load(Ordering::Acquire)#match slot.load(Ordering::Relaxed)#lib:loom_horizon"
+  "src/horizon.rs#STARTING => return Oldest::Unknown,#STARTING => {}#lib:loom_horizon"
 )
 
 only="${1:-}"
+first="${only%-*}"
+last="${only#*-}"
 scratch="$(mktemp -d /tmp/mvtensor-mutants.XXXXXX)"
 trap 'rm -rf "$scratch"' EXIT
 # A copy of the sources (not the build outputs): the models build against it.
@@ -34,12 +62,13 @@ tar --exclude=./target --exclude=./fuzz/target --exclude=./.git -cf - . | tar -x
 survived=0
 for i in "${!MUTATIONS[@]}"; do
   n=$((i + 1))
-  [[ -n "$only" && "$only" != "$n" ]] && continue
-  IFS='#' read -r file text replacement tests <<<"${MUTATIONS[$i]}"
+  [[ -n "$only" ]] && ((n < first || n > last)) && continue
+  IFS='#' read -r file text replacement models <<<"${MUTATIONS[$i]}"
   cp "$file" "$scratch/$file"
   python3 - "$scratch/$file" "$text" "$replacement" <<'EOF'
 import sys
-path, text, replacement = sys.argv[1:]
+path = sys.argv[1]
+text, replacement = (a.replace("\\n", "\n") for a in sys.argv[2:])
 source = open(path).read()
 if text not in source:
     sys.exit(f"mutation no longer applies: {text!r} not in {path}")
@@ -51,17 +80,31 @@ else:
     source = source.replace(text, replacement, 1)
 open(path, "w").write(source)
 EOF
-  args=()
-  for t in $tests; do args+=(--test "$t"); done
-  echo "== mutation $n: $file: '$text' -> '$replacement' (models: $tests)"
-  if (cd "$scratch" && bin/loom.sh "${args[@]}" >"$scratch/log" 2>&1); then
+  tests=()
+  filters=()
+  for m in $models; do
+    if [[ "$m" == lib:* ]]; then filters+=("${m#lib:}"); else tests+=(--test "$m"); fi
+  done
+  echo "== mutation $n: $file: '$text' -> '$replacement' (models: $models)"
+  passed=true
+  : >"$scratch/log"
+  if ((${#tests[@]} > 0)) && ! (cd "$scratch" && bin/loom.sh "${tests[@]}" >>"$scratch/log" 2>&1); then
+    passed=false
+  fi
+  if ((${#filters[@]} > 0)) && ! (cd "$scratch" && bin/loom.sh --lib "${filters[@]}" >>"$scratch/log" 2>&1); then
+    passed=false
+  fi
+  if $passed; then
     echo "   SURVIVED: every model passed with it"
     survived=$((survived + 1))
   elif grep -q "could not compile" "$scratch/log"; then
     echo "   DID NOT BUILD: the mutation is malformed"
     survived=$((survived + 1))
   else
-    echo "   caught: $(grep -m1 -E "panicked at|deadlock|Causality|causality" "$scratch/log" || echo 'a model failed')"
+    # The failing model, then what failed it: loom's report (a causality violation, a
+    # deadlock) or the assertion's message.
+    echo "   caught by $(grep -m1 -oE "^thread '[^']*'" "$scratch/log" | cut -d"'" -f2 || echo 'a model')"
+    echo "   $(grep -m1 -A1 -E "^thread '.*panicked at" "$scratch/log" | tail -n1 || true)"
   fi
   cp "$file" "$scratch/$file"
 done

@@ -20,6 +20,25 @@ use crate::version::{Building, Version};
 
 use crate::loom_model::run_model;
 
+/// A version we have (one count). Dropping it releases the count (back to the pool), except
+/// while unwinding from a failed check: loom runs no atomic operation then, so it is leaked.
+struct Had(Option<Building<i64>>);
+
+impl Drop for Had {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::mem::forget(self.0.take());
+        }
+    }
+}
+
+impl std::ops::Deref for Had {
+    type Target = Building<i64>;
+    fn deref(&self) -> &Building<i64> {
+        self.0.as_ref().expect("had until dropped")
+    }
+}
+
 /// Versions of one pool, and a cell standing for each one's contents.
 struct Versions {
     home: Arc<Home<i64>>,
@@ -34,14 +53,14 @@ unsafe impl Sync for Versions {}
 
 impl Versions {
     /// `n` new versions, each owned by its `Building` (one count).
-    fn new(n: usize) -> (Arc<Self>, Vec<Building<i64>>) {
+    fn new(n: usize) -> (Arc<Self>, Vec<Had>) {
         let home = Arc::new(Home::default());
         let built: Vec<_> = (0..n)
-            .map(|i| Version::allocate(arr0(i as i64).into_dyn(), &home))
+            .map(|i| Had(Some(Version::allocate(arr0(i as i64).into_dyn(), &home))))
             .collect();
         let versions = Self {
             home,
-            addresses: built.iter().map(address).collect(),
+            addresses: built.iter().map(|v| address(v)).collect(),
             contents: (0..n).map(|_| UnsafeCell::new(0)).collect(),
         };
         (Arc::new(versions), built)
@@ -64,15 +83,17 @@ impl Versions {
     }
 
     /// Uses a version, then releases its last count: back to the pool.
-    fn give_back(&self, version: Building<i64>) {
+    fn give_back(&self, version: Had) {
         self.use_it(&version);
         drop(version);
     }
 
     /// The pool's versions once every thread is done: each must be found exactly once,
     /// taken (`found`) or still pooled. Then closes the pool.
-    fn check_all_found(&self, mut found: Vec<Building<i64>>) {
-        while let Some(version) = self.take() {
+    fn check_all_found(&self, mut found: Vec<Had>) {
+        // At most one more than there are versions: a broken pool may hand them out forever.
+        while found.len() <= self.addresses.len() {
+            let Some(version) = self.take() else { break };
             found.push(version);
         }
         let mut indices: Vec<_> = found.iter().map(|v| self.index(v)).collect();
@@ -84,8 +105,8 @@ impl Versions {
     }
 
     /// Takes a version, if the pool has one, and uses it.
-    fn take(&self) -> Option<Building<i64>> {
-        let version = self.home.take()?;
+    fn take(&self) -> Option<Had> {
+        let version = Had(Some(self.home.take()?));
         self.use_it(&version);
         Some(version)
     }
@@ -109,7 +130,7 @@ fn versions_handed_back_are_taken_once_each_and_seen_whole() {
         }
         let giver = {
             let versions = Arc::clone(&versions);
-            // `Building` is `Send`: the versions are the giver's until it hands them back.
+            // The versions are the giver's until it hands them back.
             thread::spawn(move || {
                 for version in later {
                     versions.give_back(version);
