@@ -19,10 +19,18 @@
 /// Runs `f` under loom with a preemption bound (default 2, `LOOM_MAX_PREEMPTIONS`
 /// overrides), starting each execution's per-execution state afresh.
 pub(crate) fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    run_model_at_most(name, usize::MAX, f);
+}
+
+/// [`run_model`], never above preemption bound `max`: for a model that a deeper run
+/// (`bin/verify-deep.sh`'s bound 3) would keep busy for hours.
+pub(crate) fn run_model_at_most(name: &str, max: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
+    let bound = builder.preemption_bound.unwrap_or(2);
+    if bound > max {
+        eprintln!("model {name}: preemption bound {bound} asked, {max} is this model's most");
     }
+    builder.preemption_bound = Some(bound.min(max));
     eprintln!(
         "model {name}: preemption bound {:?}",
         builder.preemption_bound

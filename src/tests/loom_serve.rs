@@ -17,7 +17,7 @@ use loom::cell::UnsafeCell;
 use loom::thread;
 
 use super::{Request, Serve, Server, Wait};
-use crate::loom_model::run_model;
+use crate::loom_model::{run_model, run_model_at_most};
 
 /// A request's payload: the number of the batch that served it (0: not yet).
 struct Job(UnsafeCell<u64>);
@@ -110,9 +110,13 @@ fn three_callers(wait: Wait) {
     );
 }
 
+/// At most bound 2: 435,135 executions there (26 s), and bound 3 had not finished after
+/// 24 minutes (each parking caller spins 64 rounds, each a branch point, before it parks).
 #[test]
 fn three_parking_callers_are_each_served_once_and_none_is_stranded() {
-    run_model("serve: three parking callers", || three_callers(Wait::Park));
+    run_model_at_most("serve: three parking callers", 2, || {
+        three_callers(Wait::Park)
+    });
 }
 
 #[test]
