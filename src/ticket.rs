@@ -29,7 +29,7 @@ impl TicketQueue {
         // ticket protects is ordered by `serving` below.
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let mut backoff = Backoff::default();
-        // Acquire: pairs with the previous holder's Release in `drop`, so its writes (and
+        // Acquire: pairs with the previous holder's Release in `serve_after`, so its writes (and
         // the commit it finished) happen-before ours.
         while self.serving.load(Ordering::Acquire) != number {
             backoff.snooze();
@@ -39,25 +39,7 @@ impl TicketQueue {
             number,
         }
     }
-}
 
-impl Ticket<'_> {
-    /// This ticket's place in the queue's order.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn number(&self) -> u64 {
-        self.number
-    }
-}
-
-impl Ticket<'_> {
-    /// Keeps the ticket served without this handle: [`TicketQueue::leave`] serves the next
-    /// one. For a batch holding tickets on many queues, which need not store each number.
-    pub(crate) fn keep(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl TicketQueue {
     /// Serves the ticket after the one the caller holds.
     ///
     /// # Safety
@@ -71,6 +53,20 @@ impl TicketQueue {
     fn serve_after(&self, number: u64) {
         // Release: everything done while holding the ticket happens-before the next holder.
         self.serving.store(number + 1, Ordering::Release);
+    }
+}
+
+impl Ticket<'_> {
+    /// This ticket's place in the queue's order.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Keeps the ticket served without this handle: [`TicketQueue::leave`] serves the next
+    /// one. For a batch holding tickets on many queues, which need not store each number.
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
     }
 }
 
