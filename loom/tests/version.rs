@@ -142,8 +142,8 @@ fn a_lone_writer_reuses_two_versions() {
 }
 
 /// Holds (`holds.rs`): a snapshot keeps its version after its pin has ended. The writer
-/// retires the version and pushes the epoch through a grace period, so its last count goes
-/// while the reader still holds it; the reader then turns its snapshot
+/// retires the version, pushes the epoch through a grace period and writes again, so its
+/// last count goes (at the next retirement) while the reader may still hold it; the reader then turns its snapshot
 /// into an owned one (a count taken through the hold) and drops the hold. Neither view may
 /// ever see the version reused, and the owned one outlives more writes.
 #[test]
@@ -163,13 +163,17 @@ fn a_held_version_outlives_its_grace_period_and_passes_to_an_owned_snapshot() {
                 (seen, owned)
             })
         };
+        // The second write's retirement releases the first's expired batch: its last count
+        // meets the hold, which must keep it from the pool the third write takes from.
         v.assign_add(&value(1)).unwrap();
         two_grace_steps();
+        v.assign_add(&value(1)).unwrap();
+        v.assign_add(&value(1)).unwrap();
         let (seen, owned) = reader.join().unwrap();
         v.assign_add(&value(1)).unwrap();
         two_grace_steps();
         assert_eq!(owned[[]], seen, "an owned snapshot's version was reused");
-        assert_eq!(v.read()[[]], 2);
+        assert_eq!(v.read()[[]], 4);
     });
 }
 
