@@ -90,9 +90,16 @@ impl<A: Copy, P: Publish<A>> Serve<Delta<'static, A>> for Pass<'_, P> {
     const UNWOUND: u64 = ALONE;
 
     fn serve(&self, batch: &mut [&mut Delta<'static, A>]) -> u64 {
-        // Inline for the usual handful of deltas: no allocation on the write path.
-        let deltas: SmallVec<[Delta<'_, A>; 8]> = batch.iter().map(|d| **d).collect();
-        match self.0.publish(&deltas) {
+        let published = match batch {
+            // Alone (every uncontended write): no copy of the delta (~150 instructions of a
+            // 1K write's ~1,100 on top of its add).
+            [one] => self.0.publish(std::slice::from_ref(&**one)),
+            // Inline for the usual handful of deltas: no allocation on the write path.
+            _ => self
+                .0
+                .publish(&batch.iter().map(|d| **d).collect::<SmallVec<[_; 8]>>()),
+        };
+        match published {
             Some(version) => version + APPLIED,
             None => ALONE,
         }
