@@ -177,10 +177,70 @@ fn optimizer_state_rides_in_store_snapshots() {
     opt.step((&Array1::<f32>::ones(3),)).unwrap();
     let snap = store.snapshot();
     let names: Vec<_> = snap.iter().map(|e| e.name().to_owned()).collect();
-    assert_eq!(names, ["adam.step", "adam.w.m", "adam.w.v", "w"]);
+    assert_eq!(names, ["adam.state", "adam.step", "w"]);
     assert_eq!(snap.get::<i64, ndarray::Ix0>("adam.step").unwrap()[()], 1);
-    let m = snap.get::<f32, ndarray::IxDyn>("adam.w.m").unwrap();
-    assert!((m[[0]] - 0.1).abs() < 1e-6);
+    // w's first moment (0.1 * g), then its second (0.001 * g^2), each in w's order.
+    let state = snap.get::<f32, ndarray::Ix1>("adam.state").unwrap();
+    assert_eq!(state.len(), 6);
+    assert!(
+        state.iter().take(3).all(|m| (m - 0.1).abs() < 1e-6),
+        "{state:?}"
+    );
+    assert!(
+        state.iter().skip(3).all(|v| (v - 0.001).abs() < 1e-6),
+        "{state:?}"
+    );
+}
+
+/// The state variable's layout, as `register_state` documents it: per parameter in order,
+/// its momentum buffer (or Adam's first moment, then its second), in the parameter's own
+/// order; an empty parameter has an empty block and still steps.
+#[test]
+fn the_state_of_every_parameter_has_its_block() {
+    let store = Store::new();
+    let w = store.variable("w", Array2::<f32>::zeros((2, 2))).unwrap();
+    let e = store.variable("e", Array1::<f32>::zeros(0)).unwrap();
+    let b = store.variable("b", Array1::<f32>::zeros(3)).unwrap();
+    let opt = Optimizer::momentum(1.0, 0.5)
+        .name("mom")
+        .param(&w)
+        .param(&e)
+        .param(&b)
+        .build()
+        .unwrap();
+    opt.register_state(&store).unwrap();
+    let gw = Array2::from_shape_vec((2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let (ge, gb) = (Array1::<f32>::zeros(0), Array1::from_elem(3, 10.0f32));
+    opt.step((&gw, &ge, &gb)).unwrap();
+    opt.step((&gw, &ge, &gb)).unwrap();
+    let snap = store.snapshot();
+    let state = snap.get::<f32, ndarray::Ix1>("mom.state").unwrap();
+    // v = 0.5 * v + g, twice: 1.5 * g.
+    assert_eq!(state.to_vec(), [1.5, 3.0, 4.5, 6.0, 15.0, 15.0, 15.0]);
+    assert_eq!(w.read()[[1, 1]], -4.0 - 6.0);
+
+    let e = store.variable("e2", Array1::<f32>::zeros(0)).unwrap();
+    let b = store.variable("b2", Array1::<f32>::zeros(3)).unwrap();
+    let adam = Optimizer::adam(0.1)
+        .name("adam")
+        .param(&e)
+        .param(&b)
+        .build()
+        .unwrap();
+    adam.register_state(&store).unwrap();
+    adam.step((&ge, &gb)).unwrap();
+    let state = store.snapshot();
+    let state = state.get::<f32, ndarray::Ix1>("adam.state").unwrap();
+    // b's first moment (0.1 * g), then its second (0.001 * g^2); e adds nothing.
+    assert_eq!(state.len(), 6);
+    assert!(
+        state.iter().take(3).all(|m| (m - 1.0).abs() < 1e-5),
+        "{state:?}"
+    );
+    assert!(
+        state.iter().skip(3).all(|v| (v - 0.1).abs() < 1e-5),
+        "{state:?}"
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! critical-section execution, in place on the working copies; and [`SoftUpdate`], a target
 //! network following an online one.
 //!
-//! An [`Optimizer`] owns its state as variables of its own (momentum buffers, Adam's two
-//! moments, a step counter) and one [`CriticalSection`] over the parameters and that state.
+//! An [`Optimizer`] owns its state as two variables of its own (every momentum buffer or
+//! Adam moment in one, a step counter in the other) and one [`CriticalSection`] over the
+//! parameters and that state.
 //! A step from any thread is one execution: steps are serial, in arrival order, and a
 //! reader (a `read_all` of the parameters, a store snapshot, a checkpoint) sees every
 //! parameter and moment of one step or of the next, never a mix. Steps that arrive together
@@ -43,7 +44,7 @@ mod soft;
 
 use std::borrow::Cow;
 
-use ndarray::{ArrayD, Dimension, Ix0, IxDyn, NdFloat};
+use ndarray::{Dimension, Ix0, Ix1, NdFloat};
 use smallvec::SmallVec;
 
 pub use grads::{Gradient, Gradients};
@@ -151,40 +152,39 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         self
     }
 
-    /// Names the optimizer: its section and its state variables are named after it.
+    /// Names the optimizer: its section and its two state variables (`<name>.state`, `<name>.step`) are named after it.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
-    /// Creates the state (zeros shaped like each parameter) and the section.
+    /// Creates the state (zeros: one block per parameter, see [`Optimizer::register_state`])
+    /// and the section.
     ///
     /// # Errors
     /// [`Error::ResourceConflict`] if a parameter belongs to another section that holds it
     /// exclusively.
     pub fn build(self) -> Result<Optimizer<A>> {
         let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
-        let state = self
-            .params
-            .iter()
-            .map(|p| {
-                let zeros = ArrayD::<A>::zeros(IxDyn(&p.shape()));
-                (0..self.rule.state_per_param())
-                    .map(|k| {
-                        Variable::builder(zeros.clone())
-                            .name(format!("{name}.{}.{}", p.name(), ["m", "v"][k]))
-                            .build()
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>();
+        let per_param = self.rule.state_per_param();
+        let mut offsets = Vec::with_capacity(self.params.len());
+        let mut len = 0;
+        for p in &self.params {
+            offsets.push(len);
+            len += per_param * p.shape().iter().product::<usize>();
+        }
+        let state = (per_param > 0).then(|| {
+            Variable::builder(ndarray::Array1::<A>::zeros(len))
+                .name(format!("{name}.state"))
+                .build()
+        });
         let step = Variable::builder(ndarray::arr0(0i64))
             .name(format!("{name}.step"))
             .build();
         let section = CriticalSection::builder()
             .name(name)
             .resources(&self.params)
-            .resources(state.iter().flatten())
+            .resources(state.as_ref())
             .resource(&step)
             .build()?;
         Ok(Optimizer {
@@ -192,6 +192,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             clip: self.clip,
             params: self.params,
             state,
+            offsets,
             step,
             section,
         })
@@ -204,8 +205,11 @@ pub struct Optimizer<A: Element> {
     rule: Rule<A>,
     clip: Option<A>,
     pub(super) params: Vec<Variable<A>>,
-    /// Per parameter: the momentum buffer, or Adam's two moments.
-    state: Vec<Vec<Variable<A>>>,
+    /// Every parameter's momentum buffer, or Adam's two moments, in one variable (`None`
+    /// for plain SGD): one version per step for all of them, not one per tensor.
+    state: Option<Variable<A, Ix1>>,
+    /// Where each parameter's block starts in `state`.
+    offsets: Vec<usize>,
     step: Variable<i64, Ix0>,
     section: CriticalSection,
 }
@@ -252,16 +256,23 @@ impl<A: Element + NdFloat> Optimizer<A> {
         self.step.get()
     }
 
-    /// Registers the optimizer's state in `store` (named `<optimizer>.<param>.m`, `.v`, and
-    /// `<optimizer>.step`), so that store snapshots and checkpoints carry it.
+    /// Registers the optimizer's state in `store`, so that store snapshots and checkpoints
+    /// carry it: `<optimizer>.step` (the steps so far, `i64`) and, unless the rule is plain
+    /// SGD, `<optimizer>.state`, one 1-d tensor holding every parameter's state in the order
+    /// parameters were added. Each parameter has a block of its element count times the
+    /// rule's state tensors (momentum: the buffer; Adam: the first moment, then the second),
+    /// each in the parameter's standard (row-major) order.
+    ///
+    /// One variable for all of it, not one per tensor, because every step writes all of
+    /// it: each variable an execution writes costs a version (a copy, an install and a
+    /// retirement, ~850 instructions), and Adam over four tensors wrote thirteen.
     ///
     /// # Errors
     /// [`Error::NameTaken`] if a name is in use.
     pub fn register_state(&self, store: &Store) -> Result<()> {
-        self.state
-            .iter()
-            .flatten()
-            .try_for_each(|v| store.register(v))?;
+        if let Some(state) = &self.state {
+            store.register(state)?;
+        }
         store.register(&self.step)
     }
 
@@ -282,12 +293,14 @@ impl<A: Element + NdFloat> Optimizer<A> {
             });
         }
         let scale = self.clip.map_or(A::one(), |max| clip_scale(&grads, max));
+        let per_param = self.rule.state_per_param();
         self.section.execute(|tx| {
             let t = {
                 let mut t = tx.write(&self.step)?;
                 t[()] += 1;
                 t[()]
             };
+            let mut state = self.state.as_ref().map(|s| tx.write(s)).transpose()?;
             for (i, (shape, g)) in grads.iter().enumerate() {
                 let param = &self.params[i];
                 let mut p = tx.write(param)?;
@@ -296,19 +309,25 @@ impl<A: Element + NdFloat> Optimizer<A> {
                 let p = p
                     .as_slice_mut()
                     .expect("working copies are in standard layout");
+                let block = match &mut state {
+                    Some(state) => {
+                        let state = state
+                            .as_slice_mut()
+                            .expect("working copies are in standard layout");
+                        let at = self.offsets[i];
+                        &mut state[at..at + per_param * p.len()]
+                    }
+                    None => &mut [],
+                };
                 // At most two state tensors per parameter: no allocation per step.
-                let mut state = self.state[i]
-                    .iter()
-                    .map(|s| tx.write(s))
-                    .collect::<Result<SmallVec<[_; 2]>>>()?;
-                let mut state: SmallVec<[&mut [A]; 2]> = state
-                    .iter_mut()
-                    .map(|s| {
-                        s.as_slice_mut()
-                            .expect("working copies are in standard layout")
-                    })
-                    .collect();
-                apply(self.rule, t, scale, p, &mut state, g);
+                let mut parts = SmallVec::<[&mut [A]; 2]>::new();
+                let mut rest = block;
+                for _ in 0..per_param {
+                    let (part, tail) = std::mem::take(&mut rest).split_at_mut(p.len());
+                    parts.push(part);
+                    rest = tail;
+                }
+                apply(self.rule, t, scale, p, &mut parts, g);
             }
             Ok(t)
         })
