@@ -1,7 +1,9 @@
 //! Workload 7: Adam over a small model's parameters (four tensors, 1,024 f32 in all), one
 //! optimizer step per operation, applied by every thread to the same shared state. mvtensor
-//! runs it in one `CriticalSection` execution over the parameters, both moments and the step
-//! counter, writing each working copy in place; the locks update in place under one guard.
+//! runs it in one `CriticalSection` execution, twice over: written by hand over the
+//! parameters, both moments of each and the step counter as 13 variables, and as the crate's
+//! own `optim::Optimizer` (its state in one variable: 6 in all); both write each working
+//! copy in place. The locks update in place under one guard.
 //!
 //! Every step uses its own step number, and all threads apply the same gradients, so the
 //! final parameters are a function of the number of steps alone: the driver replays that
@@ -160,6 +162,36 @@ impl Optimizer for MvAdam {
     }
 }
 
+/// mvtensor's own Adam (`optim::Optimizer`): the parameters as variables, the moments in one
+/// state variable, the step counter in another; one execution per step.
+pub struct MvOptim {
+    p: Vec<Variable<f32>>,
+    adam: mvtensor::optim::Optimizer<f32>,
+}
+
+impl Optimizer for MvOptim {
+    const NAME: &'static str = "mvtensor optim::Optimizer";
+    fn new() -> Self {
+        let p: Vec<_> = (0..SHAPES.len())
+            .map(|i| Variable::new(initial(i)))
+            .collect();
+        let adam = mvtensor::optim::Optimizer::adam(LR)
+            .betas(B1, B2)
+            .eps(EPS)
+            .params(&p)
+            .build()
+            .expect("fresh variables are unclaimed");
+        MvOptim { p, adam }
+    }
+    fn step(&self, grads: &[ArrayD<f32>]) {
+        self.adam.step(grads).expect("the step cannot fail");
+    }
+    fn state(&self) -> (i64, Vec<ArrayD<f32>>) {
+        let p = self.p.iter().map(|p| p.read().to_owned()).collect();
+        (self.adam.steps(), p)
+    }
+}
+
 impl Optimizer for Mutex<Plain> {
     const NAME: &'static str = "std Mutex";
     fn new() -> Self {
@@ -223,22 +255,32 @@ pub fn optimize<O: Optimizer>(threads: usize, budget: Budget) -> Throughput {
 /// The variants of workload 7, as values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OptimizerVariant {
+    /// A hand-written section over 13 variables ([`MvAdam`]).
     Mvtensor,
+    /// The crate's `optim::Optimizer` ([`MvOptim`]).
+    MvOptim,
     StdMutex,
     PlMutex,
 }
 
 impl OptimizerVariant {
-    pub const ALL: [OptimizerVariant; 3] = [
+    pub const ALL: [OptimizerVariant; 4] = [
         OptimizerVariant::Mvtensor,
+        OptimizerVariant::MvOptim,
         OptimizerVariant::StdMutex,
         OptimizerVariant::PlMutex,
     ];
+
+    /// The mutexes (the others are mvtensor).
+    pub fn is_lock(self) -> bool {
+        matches!(self, OptimizerVariant::StdMutex | OptimizerVariant::PlMutex)
+    }
 
     /// Steps per second of this variant.
     pub fn run(self, threads: usize, budget: Budget) -> Throughput {
         match self {
             OptimizerVariant::Mvtensor => optimize::<MvAdam>(threads, budget),
+            OptimizerVariant::MvOptim => optimize::<MvOptim>(threads, budget),
             OptimizerVariant::StdMutex => optimize::<Mutex<Plain>>(threads, budget),
             OptimizerVariant::PlMutex => optimize::<parking_lot::Mutex<Plain>>(threads, budget),
         }
@@ -247,6 +289,7 @@ impl OptimizerVariant {
     pub fn name(self) -> &'static str {
         match self {
             OptimizerVariant::Mvtensor => MvAdam::NAME,
+            OptimizerVariant::MvOptim => MvOptim::NAME,
             OptimizerVariant::StdMutex => <Mutex<Plain>>::NAME,
             OptimizerVariant::PlMutex => <parking_lot::Mutex<Plain>>::NAME,
         }
