@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use ndarray::{Array, ArrayBase, ArrayRef, Data, Dimension};
+use smallvec::SmallVec;
 
 use crate::kernel::standard_elements;
 use crate::Element;
@@ -19,8 +20,13 @@ pub trait Gradient<A: Clone>: private::Sealed {
 /// 8 [`Gradient`]s, or a slice or `Vec` of arrays of one type.
 pub trait Gradients<A: Clone>: private::Sealed {
     #[doc(hidden)]
-    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)>;
+    fn collect(&self) -> Collected<'_, A>;
 }
+
+/// Each gradient's shape and elements. Inline up to 8 (a tuple's most): a step allocates
+/// nothing for them.
+#[doc(hidden)]
+pub type Collected<'a, A> = SmallVec<[(&'a [usize], Cow<'a, [A]>); 8]>;
 
 mod private {
     pub trait Sealed {}
@@ -42,7 +48,7 @@ impl<A: Element, E: Dimension> Gradient<A> for &ArrayRef<A, E> {
 
 impl<A: Element, D: Dimension> private::Sealed for &[Array<A, D>] {}
 impl<A: Element, D: Dimension> Gradients<A> for &[Array<A, D>] {
-    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+    fn collect(&self) -> Collected<'_, A> {
         self.iter()
             .map(|g| (g.shape(), standard_elements(g)))
             .collect()
@@ -51,7 +57,7 @@ impl<A: Element, D: Dimension> Gradients<A> for &[Array<A, D>] {
 
 impl<A: Element, D: Dimension> private::Sealed for &Vec<Array<A, D>> {}
 impl<A: Element, D: Dimension> Gradients<A> for &Vec<Array<A, D>> {
-    fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+    fn collect(&self) -> Collected<'_, A> {
         self.iter()
             .map(|g| (g.shape(), standard_elements(g)))
             .collect()
@@ -64,9 +70,9 @@ macro_rules! tuple {
 
         impl<A: Clone, $($name: Gradient<A>),+> Gradients<A> for ($($name,)+) {
             #[allow(non_snake_case)]
-            fn collect(&self) -> Vec<(&[usize], Cow<'_, [A]>)> {
+            fn collect(&self) -> Collected<'_, A> {
                 let ($($name,)+) = self;
-                vec![$($name.parts()),+]
+                smallvec::smallvec![$($name.parts()),+]
             }
         }
     };

@@ -103,7 +103,7 @@ impl Serve<Job> for SectionInner {
         let tickets = self.enter();
         // SAFETY: `serve` runs with the batch flag held.
         let slots = unsafe { self.slots.get() };
-        let mut txn = Txn::new(&self.name, &self.resources, slots);
+        let mut txn = Txn::new(&self.name, &self.resources, &self.ids, slots);
         for job in batch.iter() {
             txn.begin();
             // SAFETY: a job's closure is used by nobody else (its caller waits until the

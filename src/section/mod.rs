@@ -89,6 +89,8 @@ struct SectionInner {
     name: Arc<str>,
     /// Sorted by id, without duplicates: the order tickets are taken in.
     resources: Vec<Arc<dyn Resource>>,
+    /// `resources`' ids, in the same order.
+    ids: Box<[u64]>,
     /// What a batch does with each resource (same order); only the batch flag's holder
     /// touches them.
     slots: FlagHeld<Vec<Box<dyn AnySlot>>>,
@@ -172,6 +174,7 @@ impl CriticalSectionBuilder {
             inner: Arc::new(SectionInner {
                 id,
                 name,
+                ids: resources.iter().map(|r| r.id()).collect(),
                 resources,
                 slots: FlagHeld(slots),
                 own_queue: TicketQueue::default(),
