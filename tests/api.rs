@@ -56,6 +56,37 @@ fn typed_variables_read_as_typed_arrays() {
     assert_eq!(*w.read(), arr2(&[[0.0, 0.0], [2.0, 4.0]]));
 }
 
+/// Typed views are built from the version's shape over its elements: every rank and
+/// empty tensors show the same values as the untyped handle, in reads and working copies.
+#[test]
+fn typed_views_match_the_untyped_value_at_every_rank_and_size() {
+    let scalar = Variable::new(arr0(7i64));
+    assert_eq!(scalar.read()[()], 7);
+    let empty = Variable::new(Array2::<f32>::zeros((0, 3)));
+    assert_eq!(empty.read().dim(), (0, 3));
+    assert_eq!(empty.read_owned().shape(), &[0, 3]);
+    let cube = ArrayD::from_shape_fn(IxDyn(&[2, 3, 4]), |i| (i[0] * 12 + i[1] * 4 + i[2]) as f32);
+    let typed = Variable::new(cube.clone().into_dimensionality::<ndarray::Ix3>().unwrap());
+    assert_eq!(typed.read()[[1, 2, 3]], 23.0);
+    assert_eq!(typed.read().view().into_dyn(), cube.view());
+    let cs = CriticalSection::builder()
+        .resource(&empty)
+        .resource(&typed)
+        .resource(&scalar)
+        .build()
+        .unwrap();
+    cs.execute(|tx| {
+        assert_eq!(tx.write(&empty)?.dim(), (0, 3));
+        tx.write(&typed)?[[0, 1, 2]] = -1.0;
+        tx.write(&scalar)?[()] += 1;
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    assert_eq!(typed.read()[[0, 1, 2]], -1.0);
+    assert_eq!(typed.read()[[1, 2, 3]], 23.0);
+    assert_eq!(scalar.read()[()], 8);
+}
+
 fn x_var() -> Variable<f32, Ix1> {
     Variable::new(arr1(&[1.0, 2.0]))
 }
