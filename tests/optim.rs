@@ -168,6 +168,28 @@ fn bad_gradients_are_typed_errors_that_apply_nothing() {
     );
 }
 
+/// A parameter built with a dynamic shape may change shape later; its state block does not,
+/// so a step then fails with a typed error naming it and applies nothing.
+#[test]
+fn a_parameter_that_changed_shape_fails_the_step() {
+    let w = Variable::builder(Array1::<f32>::zeros(3))
+        .name("w")
+        .dynamic_shape()
+        .build();
+    let b = Variable::new(Array1::<f32>::zeros(2));
+    let adam = Optimizer::adam(0.1).param(&w).param(&b).build().unwrap();
+    w.assign(Array1::<f32>::zeros(4)).unwrap(); // outside any step: ordered in the queue
+    let err = adam
+        .step((&Array1::<f32>::ones(4), &Array1::<f32>::ones(2)))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { variable, expected, found }
+            if variable == "w" && expected == &[3] && found == &[4]),
+        "{err}"
+    );
+    assert_eq!((adam.steps(), b.version()), (0, 0), "nothing applied");
+}
+
 #[test]
 fn optimizer_state_rides_in_store_snapshots() {
     let store = Store::new();

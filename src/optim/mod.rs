@@ -167,7 +167,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         self
     }
 
-    /// Names the optimizer: its section and its two state variables (`<name>.state`, `<name>.step`) are named after it.
+    /// Names the optimizer: its section and its two state variables (`<name>.state` and
+    /// `<name>.step`) are named after it.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -182,12 +183,12 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     pub fn build(self) -> Result<Optimizer<A>> {
         let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
         let per_param = self.rule.state_per_param();
-        let mut offsets = Vec::with_capacity(self.params.len());
-        let mut len = 0;
-        for p in &self.params {
-            offsets.push(len);
-            len += per_param * p.shape().iter().product::<usize>();
-        }
+        let shapes: Vec<Vec<usize>> = self.params.iter().map(Variable::shape).collect();
+        let len = per_param
+            * shapes
+                .iter()
+                .map(|s| s.iter().product::<usize>())
+                .sum::<usize>();
         let state = (per_param > 0).then(|| {
             Variable::builder(ndarray::Array1::<A>::zeros(len))
                 .name(format!("{name}.state"))
@@ -206,8 +207,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             rule: self.rule,
             clip: self.clip,
             params: self.params,
+            shapes,
             state,
-            offsets,
             step,
             section,
         })
@@ -220,11 +221,11 @@ pub struct Optimizer<A: Element> {
     rule: Rule<A>,
     clip: Option<A>,
     pub(super) params: Vec<Variable<A>>,
+    /// Each parameter's shape when the optimizer was built: what its state block fits.
+    shapes: Vec<Vec<usize>>,
     /// Every parameter's momentum buffer, or Adam's two moments, in one variable (`None`
     /// for plain SGD): one version per step for all of them, not one per tensor.
     state: Option<Variable<A, Ix1>>,
-    /// Where each parameter's block starts in `state`.
-    offsets: Vec<usize>,
     step: Variable<i64, Ix0>,
     section: CriticalSection,
 }
@@ -317,24 +318,29 @@ impl<A: Element + NdFloat> Optimizer<A> {
             };
             let bias = self.rule.bias_correction(t);
             let mut state = self.state.as_ref().map(|s| tx.write(s)).transpose()?;
+            let mut at = 0; // where this parameter's block starts in `state`
             for (i, (shape, g)) in grads.iter().enumerate() {
                 let param = &self.params[i];
                 let mut p = tx.write(param)?;
                 // A misfit fails the execution, which rolls back every write before it.
                 check_shape(param.name(), p.shape(), shape)?;
+                // The state fits the shape at build time (a parameter built with a dynamic
+                // shape may have changed since).
+                check_shape(param.name(), &self.shapes[i], p.shape())?;
                 let p = p
                     .as_slice_mut()
                     .expect("working copies are in standard layout");
+                let len = per_param * p.len();
                 let block = match &mut state {
                     Some(state) => {
                         let state = state
                             .as_slice_mut()
                             .expect("working copies are in standard layout");
-                        let at = self.offsets[i];
-                        &mut state[at..at + per_param * p.len()]
+                        &mut state[at..at + len]
                     }
                     None => &mut [],
                 };
+                at += len;
                 // At most two state tensors per parameter: no allocation per step.
                 let mut parts = SmallVec::<[&mut [A]; 2]>::new();
                 let mut rest = block;
