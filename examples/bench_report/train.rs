@@ -165,8 +165,9 @@ impl Report<'_> {
                  a step took {:.1} µs against {:.1} µs ({}): the model is small (1.7 k \
                  parameters), so a step is mostly the forward and backward pass, and what \
                  mvtensor adds per step is fixed: `read_all` (a clock tick and four counts), \
-                 one execution (its ticket, working copies of the 4 parameters and 8 moments, \
-                 a commit of 13 versions and their retirement), where the lock copies 1.7 k \
+                 one execution (its ticket, working copies of the 4 parameters and of the \
+                 optimizer's state and step counter, a commit of those 6 versions and their \
+                 retirement), where the lock copies 1.7 k \
                  floats or nothing. With more threads than cores (2 here) every variant is \
                  bound by the cores; mvtensor's readers never wait, but its steps are \
                  serialised by the optimizer's section like the locks' updates. Closing it \
