@@ -203,13 +203,19 @@ fn optimizer_state_rides_in_store_snapshots() {
     assert_eq!(snap.get::<i64, ndarray::Ix0>("adam.step").unwrap()[()], 1);
     // w's first moment (0.1 * g), then its second (0.001 * g^2), each in w's order.
     let state = snap.get::<f32, ndarray::Ix1>("adam.state").unwrap();
-    assert_eq!(state.len(), 6);
+    assert_adam_block(&state, 0.1, 0.001, 1e-6);
+}
+
+/// `state` is one 3-element parameter's Adam block: every first moment `m`, then every
+/// second moment `v`, each within `tol`.
+fn assert_adam_block(state: &ndarray::ArrayRef1<f32>, m: f32, v: f32, tol: f32) {
+    assert_eq!(state.len(), 6, "{state:?}");
     assert!(
-        state.iter().take(3).all(|m| (m - 0.1).abs() < 1e-6),
+        state.iter().take(3).all(|x| (x - m).abs() < tol),
         "{state:?}"
     );
     assert!(
-        state.iter().skip(3).all(|v| (v - 0.001).abs() < 1e-6),
+        state.iter().skip(3).all(|x| (x - v).abs() < tol),
         "{state:?}"
     );
 }
@@ -254,15 +260,7 @@ fn the_state_of_every_parameter_has_its_block() {
     let state = store.snapshot();
     let state = state.get::<f32, ndarray::Ix1>("adam.state").unwrap();
     // b's first moment (0.1 * g), then its second (0.001 * g^2); e adds nothing.
-    assert_eq!(state.len(), 6);
-    assert!(
-        state.iter().take(3).all(|m| (m - 1.0).abs() < 1e-5),
-        "{state:?}"
-    );
-    assert!(
-        state.iter().skip(3).all(|v| (v - 0.1).abs() < 1e-5),
-        "{state:?}"
-    );
+    assert_adam_block(&state, 1.0, 0.1, 1e-5);
 }
 
 #[test]
