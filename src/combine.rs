@@ -11,8 +11,9 @@
 //!
 //! The announcing, waiting and hand-off are [`serve`](crate::serve)'s, shared with
 //! critical sections: writers of small deltas spin (a pass takes about a microsecond, less
-//! than a wake-up), writers of large ones park (with more writers than cores, spinning
-//! waiters took the cores the pass needed).
+//! than a wake-up), writers of mid-sized ones yield a few times before they park, writers of
+//! large ones park (with more writers than cores, spinning waiters took the cores the pass
+//! needed).
 //!
 //! Progress: readers never notice. Delta writers may wait for a combiner that holds their
 //! delta; if that combiner is descheduled they wait with it (combining trades lock-freedom
@@ -28,12 +29,18 @@ use crate::serve::{Request, Serve, Server, Wait};
 const ALONE: u64 = 1;
 /// Outcomes above this are `version + APPLIED`.
 const APPLIED: u64 = 2;
-/// Waiters park only for deltas at least this large. A pass over a small tensor takes about
-/// a microsecond, less than waking a parked thread, so there waiters spin and yield instead
-/// (measured: parking cut 1K-element updates at 8 threads from 1.58 M to 1.14 M per second).
-/// Under loom, deltas of more than one 4-byte element park, so that the models check both
-/// ways of waiting.
+/// Waiters may park only for deltas at least this large. A pass over a small tensor takes
+/// about a microsecond, less than waking a parked thread, so there waiters spin and yield
+/// instead (measured: parking cut 1K-element updates at 8 threads from 1.58 M to 1.14 M per
+/// second). Under loom, deltas of more than one 4-byte element park, so that the models
+/// check both ways of waiting.
 const PARK_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 64 * 1024 };
+/// From this size waiters park after a short spin; below it they yield a few times first. A
+/// pass over 256 KiB takes a few microseconds, about what a park and wake-up cost the holder
+/// and the waiter (measured, 64K f32 from 2/4/8 threads: 10.9/10.8/10.4 us a write parking at
+/// once, 9.3/8.9/7.9 yielding first); over 4 MiB, waiters that yield take the cores the pass
+/// needs (157 us a write at 8 threads parking at once, 172 yielding first; even at 1 MiB).
+const PARK_AT_ONCE_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 1024 * 1024 };
 
 /// The per-variable combining state: announced deltas and the combiner flag. The `'static`
 /// is a lie told to the type system: deltas are borrowed by writers that wait in
@@ -60,10 +67,10 @@ impl<A: Copy + 'static> Combiner<A> {
     /// Applies `delta` (alone or combined with others) and returns the version number that
     /// includes it, or `None` if the writer must apply it on its own.
     pub(crate) fn submit<P: Publish<A>>(&self, delta: Delta<'_, A>, publish: &P) -> Option<u64> {
-        let wait = if std::mem::size_of_val(delta.data) >= PARK_BYTES {
-            Wait::Park
-        } else {
-            Wait::Spin
+        let wait = match std::mem::size_of_val(delta.data) {
+            bytes if bytes >= PARK_AT_ONCE_BYTES => Wait::Park,
+            bytes if bytes >= PARK_BYTES => Wait::YieldThenPark,
+            _ => Wait::Spin,
         };
         // Erased to `'static` for the shared stack; `submit` returns only once the pass that
         // reads them is over.

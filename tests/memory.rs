@@ -82,7 +82,7 @@ fn hundred_thousand_writes_keep_memory_bounded() {
     });
 
     // Quiescent: nobody is pinned, so a few collections return everything retired to the
-    // variable's pool, and the next write trims the pool back to one spare.
+    // variable's pool, and the next write trims the pool back to two spares.
     quiesce();
     v.assign_add(&delta).unwrap();
     quiesce();
@@ -100,12 +100,12 @@ fn hundred_thousand_writes_keep_memory_bounded() {
         rss_end.map(|b| b / MIB),
     );
     // 100,000 writes churn 100 GB. What stays is the current version, one per owned reader,
-    // one spare in the pool, and what the epoch has not reclaimed yet. The last is bounded by
+    // two spares in the pool, and what the epoch has not reclaimed yet. The last is bounded by
     // the writes made while some reader sits pinned; with more threads than cores a reader
     // can be descheduled mid-read for a whole timeslice (seen here: up to ~45 versions on 2
     // cores). A constant, never a function of the number of writes.
     assert!(max_live <= 128, "{max_live} live versions");
-    // Quiescent, after a write: the current version, one spare, the one it replaced. (Under
+    // Quiescent, after a write: the current version and two spares (one the version it replaced). (Under
     // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     assert!(
         cfg!(miri) || stats.live_versions <= 3,

@@ -81,8 +81,8 @@ fn a_reader_never_frees_a_version() {
         "a thread that only reads freed a tensor-sized block"
     );
     // And the versions went back to the variable, not to the allocator: once nobody is
-    // pinned, a few collections and one write leave the current version, one spare and the
-    // one it replaced. (During the run the count is not a constant: a reader descheduled
+    // pinned, a few collections and one write leave the current version and two spares (one
+    // the version it replaced). (During the run the count is not a constant: a reader descheduled
     // while pinned holds back every version retired meanwhile; seen here up to ~400 on a
     // loaded machine.)
     quiesce();

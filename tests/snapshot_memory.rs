@@ -15,7 +15,7 @@ use common::{quiesce, scaled};
 #[test]
 fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
     let store = Store::new();
-    // 128 KiB versions: their pool keeps one spare, so the count below is exact.
+    // 128 KiB versions: their pool keeps at most two spares, so the count below is exact.
     let len = scaled(2, 16 * 1024);
     let w = store
         .variable("w", ArrayD::<i64>::zeros(IxDyn(&[len])))
@@ -38,7 +38,7 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
     quiesce();
     w.assign_add(&ones).unwrap(); // no snapshot in progress: unlinks every older version
     quiesce();
-    // The current one, a spare, and the one the last write replaced. (Under miri the tensor
+    // The current one and two spares (one the last write replaced). (Under miri the tensor
     // is tiny, and small versions are pooled by the batch: no exact count.)
     assert!(
         cfg!(miri) || w.stats().live_versions <= 3,

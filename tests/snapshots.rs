@@ -141,7 +141,7 @@ fn snapshot_lookups_are_typed() {
 }
 
 /// Snapshots hold their versions (and only those) after the variables move on. (64 KiB
-/// versions: their pool keeps one spare, so the count is exact.)
+/// versions: their pool keeps at most two spares, so the count is exact.)
 #[test]
 fn a_held_snapshot_keeps_exactly_its_versions() {
     let len = scaled(16, 16 * 1024);
@@ -155,7 +155,7 @@ fn a_held_snapshot_keeps_exactly_its_versions() {
         w.assign_add(&ones).unwrap();
     }
     quiesce();
-    // The held one, the current one, a spare, and the one the last write replaced. (Under
+    // The held one, the current one and two spares (one the last write replaced). (Under
     // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     let exact = !cfg!(miri);
     assert!(!exact || w.stats().live_versions <= 4, "{:?}", w.stats());

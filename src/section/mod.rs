@@ -310,7 +310,7 @@ impl CriticalSection {
             };
             inner.submit(Job::new(&mut run));
         }
-        reclaim_now();
+        reclaim_now(); // each commit trimmed its pools (`Inner::published`)
         match outcome.expect("a committed batch ran every job it took") {
             Ok(result) => result,
             Err(panic) => panic::resume_unwind(panic),

@@ -269,13 +269,31 @@ impl<A: Element> Inner<A> {
         }
     }
 
+    /// After a write and this thread's [`limbo::reclaim_now`]: if that brought back the large
+    /// version the write replaced, trims the pool again, so that a variable nobody else
+    /// writes keeps its current version and two spares, not more (the trim in
+    /// [`published`](Self::published) ran before that version came back).
+    pub(crate) fn reclaimed(&self, reclaimed_large: bool) {
+        // The creation shape's size: a dynamic shape's current one may differ, and then the
+        // pool keeps a version more or fewer until the next write's trims.
+        let bytes = self.shape.iter().product::<usize>() * std::mem::size_of::<A>();
+        if reclaimed_large && bytes >= limbo::BATCH_BYTES {
+            self.home.trim(limbo::spares(bytes));
+        }
+    }
+
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
     /// (its values are whatever they were: every writer overwrites them all).
     pub(crate) fn building(&self, like: &ArrayD<A>, taker: Taker) -> Building<A> {
+        let bytes = like.len() * std::mem::size_of::<A>();
         let take = || match taker {
+            // A large version is taken from the shared lists even by the flag holder (two
+            // swaps, nothing beside its copy), so that its spares all sit where the trims
+            // see them: with the flag's list as well, a quiescent variable kept a third spare.
             Taker::Anyone => self.home.take(),
+            Taker::FlagHolder if bytes >= limbo::BATCH_BYTES => self.home.take(),
             Taker::FlagHolder => {
-                let keep = limbo::spares(like.len() * std::mem::size_of::<A>());
+                let keep = limbo::spares(bytes);
                 // SAFETY: `Taker::FlagHolder` is only passed by the combining pass, which
                 // holds the combiner flag (see `Publish for Variable`).
                 unsafe { self.home.take_held(keep) }

@@ -171,7 +171,8 @@ impl<A: Element> Variable<A> {
         }
         delta.check(self.name(), &self.inner.shape)?;
         let combined = self.inner.combiner.submit(delta, self);
-        reclaim_now(); // what this thread's passes (if it combined) replaced
+        // What this thread's passes (if it combined) replaced.
+        self.inner.reclaimed(reclaim_now());
         match combined {
             Some(version) => Ok(version),
             None => self.apply_delta_alone(delta),
@@ -196,7 +197,7 @@ impl<A: Element> Variable<A> {
         let written = self
             .write(&epoch::pin(), Taker::Anyone, make)
             .map(|(_, new)| new);
-        reclaim_now();
+        self.inner.reclaimed(reclaim_now());
         written
     }
 
