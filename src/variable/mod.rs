@@ -9,6 +9,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 
 use crate::combine::Combiner;
@@ -80,7 +81,10 @@ pub(crate) struct Inner<A: Element> {
     /// The rank every value has: fixed with the shape, or by a typed handle's `D` for a
     /// dynamic shape; `None` if a dynamic shape may change rank.
     pub(crate) rank: Option<usize>,
-    pub(crate) head: Head<A>,
+    /// On a line of its own: every write swaps it, and beside the fields every writer and
+    /// reader only reads (shape, name, pool) each swap took those from the other cores
+    /// (1K deltas from 8 threads, CPU a write: 766 -> 701 ns, median of 3).
+    pub(crate) head: CachePadded<Head<A>>,
     /// Counters and buffer pool, shared with every version.
     pub(crate) home: Arc<Home<A>>,
     /// Serialises writes while the variable belongs to a critical section.
@@ -140,7 +144,7 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
             shape,
             dynamic_shape: self.dynamic_shape,
             rank,
-            head: Head::new(first),
+            head: CachePadded::new(Head::new(first)),
             home,
             queue: TicketQueue::default(),
             claims: Claims::default(),
