@@ -165,7 +165,13 @@ const WHY: &str = r#"
   1.00). With more threads the batch grows (the "mvtensor batch" columns), but a pass over
   k deltas of k threads reads k + 2 tensors, a working set that outgrows the cache at 1M,
   and the writers waiting for it share the same two cores (they park for large tensors,
-  spin and yield for small ones, where a wake-up costs more than the pass). With more
+  yield a few times and then park for mid-sized ones, spin and yield for small ones, where a
+  wake-up costs more than the pass). Even with two writers on two cores the hand-off costs:
+  the holder reads each waiter's request from the waiter's core and writes its outcome
+  back, a few cache-line transfers per write that the lock's holder, re-taking the lock
+  while the other thread sleeps, does not pay (1K from 2 threads: ~600 ns of CPU a write
+  where one thread alone takes ~150; 1,000 before the flag and the head got lines of
+  their own). With more
   threads than cores they rarely overlap at all: the OS runs a writer for a time slice of
   milliseconds, hundreds of passes, while the others wait for a core, not for the flag. The
   README's main job (64K, 4 writers and 2 readers on 2 cores) made 7,818 passes for 8,000
