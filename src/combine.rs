@@ -37,8 +37,9 @@ const APPLIED: u64 = 2;
 const PARK_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 64 * 1024 };
 /// From this size waiters park after a short spin; below it they yield a few times first. A
 /// pass over 256 KiB takes a few microseconds, about what a park and wake-up cost the holder
-/// and the waiter (measured, 64K f32 from 2/4/8 threads: 10.9/10.8/10.4 us a write parking at
-/// once, 9.3/8.9/7.9 yielding first); over 4 MiB, waiters that yield take the cores the pass
+/// and the waiter (measured, 64K f32 from 2/4/8 threads, wall per write, median of 3, same
+/// run: 10.9/10.9/9.8 us parking at once, 9.2/10.9/9.7 yielding first: a gain with as many
+/// writers as cores, none with more); over 4 MiB, waiters that yield take the cores the pass
 /// needs (157 us a write at 8 threads parking at once, 172 yielding first; even at 1 MiB).
 const PARK_AT_ONCE_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 1024 * 1024 };
 

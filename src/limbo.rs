@@ -47,7 +47,7 @@ pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 /// of them is often pinned when another's write returns, so the version it replaced comes
 /// back a write or two later: a second spare saves allocating (and faulting in) a fresh
 /// buffer then and freeing one afterwards (measured, 64K f32 from 8 threads: 24,609 fresh
-/// buffers in 312,500 writes with one spare, 13 with two, 11.8 -> 8.6 us a write). Small
+/// buffers in 312,500 writes with one spare, 7,915 with two, 11.8 -> 10.0 us a write). Small
 /// ones come back a batch at a time, about three batches after they were retired (the one
 /// filling, one sealed, one waiting for its second epoch advance): the pool keeps that many,
 /// so that a steady writer allocates nothing.
