@@ -49,6 +49,8 @@ pub(crate) trait Resource: Send + Sync {
     fn claims(&self) -> &Claims;
     /// Marks (or unmarks) the head so that lock-free writers divert to the queue.
     fn set_queued(&self, queued: bool);
+    /// After this thread's `reclaim_now` brought large versions back: trims the pool.
+    fn reclaimed(&self);
 }
 
 /// A critical section: executions over a set of variables run one at a time, in ticket
@@ -310,7 +312,12 @@ impl CriticalSection {
             };
             inner.submit(Job::new(&mut run));
         }
-        reclaim_now(); // each commit trimmed its pools (`Inner::published`)
+        if reclaim_now() {
+            // A large version this thread's batch replaced came back: trim its pool again.
+            for resource in &inner.resources {
+                resource.reclaimed();
+            }
+        }
         match outcome.expect("a committed batch ran every job it took") {
             Ok(result) => result,
             Err(panic) => panic::resume_unwind(panic),

@@ -273,15 +273,15 @@ impl<A: Element> Inner<A> {
         }
     }
 
-    /// After a write and this thread's [`limbo::reclaim_now`]: if that brought back the large
-    /// version the write replaced, trims the pool again, so that a variable nobody else
+    /// After a write, once this thread's [`limbo::reclaim_now`] has brought back the large
+    /// version the write replaced: trims the pool again, so that a variable nobody else
     /// writes keeps its current version and two spares, not more (the trim in
     /// [`published`](Self::published) ran before that version came back).
-    pub(crate) fn reclaimed(&self, reclaimed_large: bool) {
+    pub(crate) fn reclaimed(&self) {
         // The creation shape's size: a dynamic shape's current one may differ, and then the
         // pool keeps a version more or fewer until the next write's trims.
         let bytes = self.shape.iter().product::<usize>() * std::mem::size_of::<A>();
-        if reclaimed_large && bytes >= limbo::BATCH_BYTES {
+        if bytes >= limbo::BATCH_BYTES {
             self.home.trim(limbo::spares(bytes));
         }
     }
@@ -338,6 +338,9 @@ impl<A: Element> Resource for Inner<A> {
     }
     fn set_queued(&self, queued: bool) {
         self.head.set_queued(queued);
+    }
+    fn reclaimed(&self) {
+        Inner::reclaimed(self);
     }
 }
 

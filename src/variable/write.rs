@@ -172,7 +172,9 @@ impl<A: Element> Variable<A> {
         delta.check(self.name(), &self.inner.shape)?;
         let combined = self.inner.combiner.submit(delta, self);
         // What this thread's passes (if it combined) replaced.
-        self.inner.reclaimed(reclaim_now());
+        if reclaim_now() {
+            self.inner.reclaimed();
+        }
         match combined {
             Some(version) => Ok(version),
             None => self.apply_delta_alone(delta),
@@ -197,7 +199,9 @@ impl<A: Element> Variable<A> {
         let written = self
             .write(&epoch::pin(), Taker::Anyone, make)
             .map(|(_, new)| new);
-        self.inner.reclaimed(reclaim_now());
+        if reclaim_now() {
+            self.inner.reclaimed();
+        }
         written
     }
 
