@@ -3,18 +3,18 @@
 //! Only the holder of the variable's combiner flag (the one writer at a time) touches a book,
 //! so it needs no synchronisation of its own; what crosses threads is each table's count.
 //!
-//! **Who owns a page.** A write copies the chunks and pages it touches and shares the rest
+//! **Who owns a page.** A write copies the nodes and pages it touches and shares the rest
 //! with the version before. So a page is used by a contiguous run of versions `k..=n`: from
 //! the write that made it to the version before the write that replaced it. The book keeps
 //! every table not yet reused in order, oldest first (the newest is the head), and hands each
-//! page and chunk a write replaces to the *replaced* version's entry (`last_used`). A version
+//! page and node a write replaces to the *replaced* version's entry (`last_used`). A version
 //! is reused, with the pages it was last to use, once its count is zero **and** every older
-//! version has been reused: then no live version can reach those pages. Every chunk and page
+//! version has been reused: then no live version can reach those pages. Every node and page
 //! is thus in exactly one place: reachable from the head, in some entry's `last_used`, or
 //! spare. So with no snapshot held, a paged variable owns its table (the head's pages), the
 //! pages of the versions still waiting out their grace period (a few writes' worth; see
-//! docs/design.md) and at most `3k + 8` spare pages and as many spare chunks, `k` being the
-//! pages and chunks the last write replaced.
+//! docs/design.md) and at most `3k + 8` spare pages and as many spare nodes, `k` being the
+//! pages and nodes the last write replaced.
 //!
 //! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
 //! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use std::ptr;
 use std::sync::Arc;
 
-use super::table::{Chunk, Layout, Page, PagedTable};
+use super::table::{Entry, Layout, Node, Page, PagedTable};
 use crate::kernel::{accumulate, Delta};
 use crate::pool::{orphan, Link};
 use crate::sync::{fence, AtomicUsize, Handoff, Ordering};
@@ -39,7 +39,7 @@ use crate::Element;
 /// Spare tables (each with its directory) a book keeps.
 const SPARE_TABLES: usize = 4;
 
-/// One table not yet reused, and the chunks and pages no newer table reaches.
+/// One table not yet reused, and the nodes and pages no newer table reaches.
 struct Kept<A: Element> {
     table: *mut PagedTable<A>,
     last_used: Vec<Piece<A>>,
@@ -47,7 +47,7 @@ struct Kept<A: Element> {
 
 enum Piece<A> {
     Page(Page<A>),
-    Chunk(Chunk<A>),
+    Node(Node),
 }
 
 /// See the module docs. Shared by the variable and its tables; only `holders` is touched
@@ -69,13 +69,13 @@ pub(crate) struct Ledger<A: Element> {
     layout: Arc<Layout>,
     tables: VecDeque<Kept<A>>,
     spare_pages: Vec<Page<A>>,
-    spare_chunks: Vec<Chunk<A>>,
+    spare_nodes: Vec<Node>,
     #[allow(clippy::vec_box)] // tables are handed out as `Box` pointers: they stay boxed here
     spare_tables: Vec<Box<PagedTable<A>>>,
     /// Emptied `last_used` vectors, so that a steady write allocates nothing.
     spare_lists: Vec<Vec<Piece<A>>>,
-    /// Pages and chunks replaced by the last write.
-    last_write: usize,
+    /// Pages and nodes replaced by the last write: the spares kept are sized by them.
+    last_write: (usize, usize),
     pages: Arc<AtomicUsize>,
 }
 
@@ -92,10 +92,10 @@ impl<A: Element> Book<A> {
                 layout: Arc::clone(&layout),
                 tables: VecDeque::new(),
                 spare_pages: Vec::new(),
-                spare_chunks: Vec::new(),
+                spare_nodes: Vec::new(),
                 spare_tables: Vec::new(),
                 spare_lists: Vec::new(),
-                last_write: 0,
+                last_write: (0, 0),
                 pages: Arc::clone(&pages),
             }),
             pages,
@@ -106,20 +106,16 @@ impl<A: Element> Book<A> {
         let table = this.table(0);
         // SAFETY: a fresh table is ours alone.
         let t = unsafe { &mut *table };
-        for c in 0..layout.chunks {
-            let chunk = this.chunk();
-            t.dir[c] = chunk;
-            for i in 0..layout.pages_in(c) {
-                let p = c * layout.per_chunk + i;
-                let page = this.page();
-                let n = layout.rows_in(p) * layout.width;
-                let from = p * layout.page_len;
-                // SAFETY: a fresh page of `page_len >= n` elements, ours alone; a fresh
-                // chunk has `per_chunk > i` entries.
-                unsafe {
-                    std::slice::from_raw_parts_mut(page, n).copy_from_slice(&init[from..from + n]);
-                    *chunk.add(i) = page;
-                }
+        t.root.fill(ptr::null_mut());
+        for p in 0..layout.pages {
+            let page = this.page();
+            let n = layout.rows_in(p) * layout.width;
+            let from = p * layout.page_len;
+            // SAFETY: a fresh page of `page_len >= n` elements, ours alone; `grow` gives the
+            // page's entry in the fresh table's own nodes.
+            unsafe {
+                std::slice::from_raw_parts_mut(page, n).copy_from_slice(&init[from..from + n]);
+                *this.grow(t, p) = page.cast();
             }
         }
         this.keep(table);
@@ -140,7 +136,7 @@ impl<A: Element> Book<A> {
 
 impl<A: Element> Ledger<A> {
     /// Builds the next version from `old` (the head) and `deltas` (checked, in arrival
-    /// order): copies the chunks and pages they touch, applies them, and returns the new
+    /// order): copies the nodes and pages they touch, applies them, and returns the new
     /// table (count 1, for the head) for the caller to publish.
     ///
     /// # Safety
@@ -156,7 +152,7 @@ impl<A: Element> Ledger<A> {
         let new = self.table(old_ref.number + 1);
         // SAFETY: a fresh table is ours alone until published.
         let t = unsafe { &mut *new };
-        t.dir.copy_from_slice(&old_ref.dir);
+        t.root.copy_from_slice(&old_ref.root);
         // The head's list is empty (nothing replaced it yet) and keeps its capacity.
         let mut replaced = std::mem::take(&mut self.tables.back_mut().expect("kept").last_used);
         for rows in deltas.iter().filter_map(|d| d.rows) {
@@ -173,7 +169,11 @@ impl<A: Element> Ledger<A> {
         for delta in deltas {
             apply(t, &self.layout, delta);
         }
-        self.last_write = replaced.len();
+        let pages = replaced
+            .iter()
+            .filter(|p| matches!(p, Piece::Page(_)))
+            .count();
+        self.last_write = (pages, replaced.len() - pages);
         let back = self.tables.back_mut().expect("the head is kept");
         debug_assert_eq!(back.table, old);
         back.last_used = replaced;
@@ -187,7 +187,8 @@ impl<A: Element> Ledger<A> {
         new
     }
 
-    /// Gives `new` its own copy of page `p` (and of its chunk), unless it has one already.
+    /// Gives `new` its own copy of page `p` (and of every node on its path), unless it has
+    /// one already.
     fn own(
         &mut self,
         new: &mut PagedTable<A>,
@@ -198,32 +199,63 @@ impl<A: Element> Ledger<A> {
         if self.layout.page_len == 0 {
             return; // zero-width rows: nothing to copy (and empty pages share one address)
         }
-        let per_chunk = self.layout.per_chunk;
-        let (c, i) = (p / per_chunk, p % per_chunk);
-        if new.dir[c] == old.dir[c] {
-            let chunk = self.chunk();
-            // SAFETY: both chunks have `per_chunk` entries; the old one is live and
-            // never written, the new one ours alone.
-            unsafe { ptr::copy_nonoverlapping(old.dir[c], chunk, per_chunk) };
-            replaced.push(Piece::Chunk(old.dir[c]));
-            new.dir[c] = chunk;
-        }
-        // SAFETY: `new.dir[c]` is this write's own chunk (above); the old chunk is live.
-        let (slot, old_page) = unsafe { (new.dir[c].add(i), *old.dir[c].add(i)) };
-        // SAFETY: `slot` is in our own chunk.
-        if unsafe { *slot } == old_page {
-            let page = self.page();
-            // SAFETY: both pages have `page_len` elements; the old one is live, the new ours.
+        let (levels, fanout, page_len) =
+            (self.layout.levels, self.layout.fanout, self.layout.page_len);
+        let r = self.layout.root_slot(p);
+        // Walk both paths down: `slot` is the new table's entry, `was` the old table's. An
+        // entry equal to the old one is shared, so copied before anything under it changes.
+        let mut slot: *mut Entry = &mut new.root[r];
+        let mut was = old.root[r];
+        for level in (0..levels).rev() {
+            // SAFETY: `slot` is in the new table's root or in a node it owns (below); `was`
+            // is a live node of the old table, never written.
             unsafe {
-                ptr::copy_nonoverlapping(old_page, page, self.layout.page_len);
-                *slot = page;
+                if *slot == was {
+                    let node = self.node();
+                    ptr::copy_nonoverlapping(was.cast::<Entry>(), node, fanout);
+                    replaced.push(Piece::Node(was.cast()));
+                    *slot = node.cast();
+                }
+                let i = self.layout.slot(p, level);
+                slot = (*slot).cast::<Entry>().add(i);
+                was = *was.cast::<Entry>().add(i);
             }
-            replaced.push(Piece::Page(old_page));
+        }
+        // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the old
+        // table's page, live, `page_len` elements like the new one, which is ours.
+        unsafe {
+            if *slot == was {
+                let page = self.page();
+                ptr::copy_nonoverlapping(was.cast::<A>(), page, page_len);
+                replaced.push(Piece::Page(was.cast()));
+                *slot = page.cast();
+            }
         }
     }
 
+    /// The entry of page `p` in `table`'s nodes, adding empty nodes where its path has none
+    /// (the initial table only).
+    ///
+    /// # Safety
+    /// `table` is fresh and ours, its root entries null or nodes it alone owns.
+    unsafe fn grow(&mut self, table: &mut PagedTable<A>, p: usize) -> *mut Entry {
+        let layout = Arc::clone(&self.layout);
+        let mut slot: *mut Entry = &mut table.root[layout.root_slot(p)];
+        for level in (0..layout.levels).rev() {
+            // SAFETY: the caller's contract: `slot` is ours, and so is every node under it.
+            unsafe {
+                if (*slot).is_null() {
+                    *slot = self.node().cast();
+                    ptr::write_bytes(slot.read().cast::<Entry>(), 0, layout.fanout);
+                }
+                slot = (*slot).cast::<Entry>().add(layout.slot(p, level));
+            }
+        }
+        slot
+    }
+
     /// Reuses, oldest first, every table whose count is zero and whose elders are all
-    /// reused, with the chunks and pages it was last to use; then trims the spares.
+    /// reused, with the nodes and pages it was last to use; then trims the spares.
     pub(crate) fn reclaim(&mut self) {
         while self.tables.len() > 1 {
             let front = self.tables.front().expect("len > 1");
@@ -240,26 +272,32 @@ impl<A: Element> Ledger<A> {
             for piece in last_used.drain(..) {
                 match piece {
                     Piece::Page(page) => self.spare_pages.push(page),
-                    Piece::Chunk(chunk) => self.spare_chunks.push(chunk),
+                    Piece::Node(node) => self.spare_nodes.push(node),
                 }
             }
             self.spare_lists.push(last_used);
             // SAFETY: a kept table came from `Box::into_raw`, and nobody reaches it now.
             self.spare_tables.push(unsafe { Box::from_raw(table) });
         }
-        let keep = 3 * self.last_write + 8;
+        let keep = 3 * self.last_write.0 + 8;
         while self.spare_pages.len() > keep {
             let page = self.spare_pages.pop().expect("len > keep");
             // SAFETY: a spare page is ours alone.
             unsafe { self.free_page(page) };
         }
-        while self.spare_chunks.len() > keep {
-            let chunk = self.spare_chunks.pop().expect("len > keep");
+        let keep = 3 * self.last_write.1 + 8;
+        while self.spare_nodes.len() > keep {
+            let node = self.spare_nodes.pop().expect("len > keep");
             // SAFETY: as above.
-            unsafe { free_chunk(chunk, self.layout.per_chunk) };
+            unsafe { free_node(node, self.layout.fanout) };
         }
         self.spare_tables.truncate(SPARE_TABLES);
         self.spare_lists.truncate(SPARE_TABLES);
+    }
+
+    /// Tables not yet reused, the head included.
+    pub(crate) fn waiting(&self) -> usize {
+        self.tables.len()
     }
 
     fn keep(&mut self, table: *mut PagedTable<A>) {
@@ -267,12 +305,12 @@ impl<A: Element> Ledger<A> {
         self.tables.push_back(Kept { table, last_used });
     }
 
-    /// A table struct with a directory of the layout's length (contents stale), count 1.
+    /// A table struct with a root of the layout's length (contents stale), count 1.
     fn table(&mut self, number: u64) -> *mut PagedTable<A> {
         let mut table = self.spare_tables.pop().unwrap_or_else(|| {
             Box::new(PagedTable {
                 number: 0,
-                dir: vec![ptr::null_mut(); self.layout.chunks].into_boxed_slice(),
+                root: vec![ptr::null_mut(); self.layout.root_len].into_boxed_slice(),
                 refs: AtomicUsize::new(0),
                 book: self.book,
                 layout: Arc::clone(&self.layout),
@@ -293,10 +331,10 @@ impl<A: Element> Ledger<A> {
         })
     }
 
-    fn chunk(&mut self) -> Chunk<A> {
-        self.spare_chunks.pop().unwrap_or_else(|| {
-            Box::into_raw(vec![ptr::null_mut::<A>(); self.layout.per_chunk].into_boxed_slice())
-                .cast()
+    /// A node (contents stale).
+    fn node(&mut self) -> Node {
+        self.spare_nodes.pop().unwrap_or_else(|| {
+            Box::into_raw(vec![ptr::null_mut::<()>(); self.layout.fanout].into_boxed_slice()).cast()
         })
     }
 
@@ -308,40 +346,61 @@ impl<A: Element> Ledger<A> {
         // SAFETY: the caller's contract: a leaked `Box<[A]>` of `page_len` elements.
         drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(page, self.layout.page_len)) });
     }
+
+    /// Frees `entry` (null: nothing) and everything under it: a node with `levels` levels of
+    /// nodes under it counting itself, or a page when `levels` is 0.
+    ///
+    /// # Safety
+    /// Everything under `entry` is ours alone, and reachable from nowhere else.
+    unsafe fn free_tree(&self, entry: Entry, levels: u32) {
+        if entry.is_null() {
+            return; // past the last page
+        }
+        if levels == 0 {
+            // SAFETY: the caller's contract; a lowest-level entry is a page.
+            return unsafe { self.free_page(entry.cast()) };
+        }
+        let node = entry.cast::<Entry>();
+        for i in 0..self.layout.fanout {
+            // SAFETY: the caller's contract, for each child of a node we own.
+            unsafe { self.free_tree(*node.add(i), levels - 1) };
+        }
+        // SAFETY: as above; its children are freed.
+        unsafe { free_node(node, self.layout.fanout) };
+    }
 }
 
 /// # Safety
-/// `chunk` came from [`Ledger::chunk`] of a layout of `per_chunk`, and is ours alone.
-unsafe fn free_chunk<A>(chunk: Chunk<A>, per_chunk: usize) {
-    // SAFETY: the caller's contract: a leaked `Box<[Page<A>]>` of `per_chunk` entries.
-    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(chunk, per_chunk)) });
+/// `node` came from [`Ledger::node`] of a layout of `fanout`, and is ours alone.
+unsafe fn free_node(node: Node, fanout: usize) {
+    // SAFETY: the caller's contract: a leaked `Box<[Entry]>` of `fanout` entries.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(node, fanout)) });
 }
 
-/// Asks the processor for the chunks and pages a row delta will copy, all at once: rows of
-/// a large table are scattered, so each is a cache miss, and copying them one by one would
-/// wait for each miss in turn (chunk entry, then page).
+/// Asks the processor for the nodes and pages a row delta will copy, a level at a time:
+/// rows of a large table are scattered, so each is a cache miss, and copying them one by one
+/// would wait for each miss in turn (each node on the path, then the page).
 fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const LINE: usize = 64;
-        let per_chunk = layout.per_chunk;
-        let chunk_bytes = per_chunk * std::mem::size_of::<Page<A>>();
+        let node_bytes = layout.fanout * std::mem::size_of::<Entry>();
         let page_bytes = (layout.page_len * std::mem::size_of::<A>()).min(4 * LINE);
-        let pages = || rows.iter().map(|&row| row / layout.rows_per_page);
-        for p in pages() {
-            let chunk = old.dir[p / per_chunk].cast::<i8>();
-            for offset in (0..chunk_bytes).step_by(LINE) {
-                // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it never
-                // faults and changes nothing (the chunk is live anyway).
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(offset)) };
-            }
-        }
-        for p in pages() {
-            let page = old.page_ptr(p).cast::<i8>();
-            for offset in (0..page_bytes).step_by(LINE) {
-                // SAFETY: as above: a hint, on a live page.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(page.wrapping_add(offset)) };
+        // Round `hops` loads what the round before asked for, and asks for the next level.
+        for hops in 0..=layout.levels {
+            let bytes = if hops == layout.levels {
+                page_bytes
+            } else {
+                node_bytes
+            };
+            for &row in rows {
+                let entry = old.walk(row / layout.rows_per_page, hops).cast::<i8>();
+                for offset in (0..bytes).step_by(LINE) {
+                    // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it
+                    // never faults and changes nothing (the node or page is live anyway).
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(entry.wrapping_add(offset)) };
+                }
             }
         }
     }
@@ -416,20 +475,15 @@ pub(crate) unsafe fn let_go<A: Element>(book: *const Book<A>) {
 }
 
 impl<A: Element> Drop for Ledger<A> {
-    /// Runs once no table is counted: frees every table, chunk and page (each is in exactly
+    /// Runs once no table is counted: frees every table, node and page (each is in exactly
     /// one place: reachable from the newest table, in an entry's `last_used`, or spare).
     fn drop(&mut self) {
-        let layout = Arc::clone(&self.layout);
         if let Some(head) = self.tables.back() {
             // SAFETY: kept tables are alive.
             let head = unsafe { &*head.table };
-            for (c, &chunk) in head.dir.iter().enumerate() {
-                for i in 0..layout.pages_in(c) {
-                    // SAFETY: reachable from the newest table, so in no other place.
-                    unsafe { self.free_page(*chunk.add(i)) };
-                }
-                // SAFETY: as above.
-                unsafe { free_chunk(chunk, self.layout.per_chunk) };
+            for &entry in head.root.iter() {
+                // SAFETY: reachable from the newest table, so in no other place.
+                unsafe { self.free_tree(entry, self.layout.levels) };
             }
         }
         for kept in std::mem::take(&mut self.tables) {
@@ -438,7 +492,7 @@ impl<A: Element> Drop for Ledger<A> {
                     // SAFETY: in one `last_used` only.
                     Piece::Page(page) => unsafe { self.free_page(page) },
                     // SAFETY: as above.
-                    Piece::Chunk(chunk) => unsafe { free_chunk(chunk, self.layout.per_chunk) },
+                    Piece::Node(node) => unsafe { free_node(node, self.layout.fanout) },
                 }
             }
             // SAFETY: a kept table came from `Box::into_raw`.
@@ -448,9 +502,9 @@ impl<A: Element> Drop for Ledger<A> {
             // SAFETY: spare: ours alone.
             unsafe { self.free_page(page) };
         }
-        for chunk in self.spare_chunks.drain(..) {
+        for node in self.spare_nodes.drain(..) {
             // SAFETY: as above.
-            unsafe { free_chunk(chunk, self.layout.per_chunk) };
+            unsafe { free_node(node, self.layout.fanout) };
         }
     }
 }

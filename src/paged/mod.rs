@@ -2,9 +2,9 @@
 //! only the pages they touch.
 //!
 //! A [`Variable`](crate::Variable) is one dense version: any write, a row update included,
-//! copies the whole tensor. A [`PagedVariable`] stores each version as a two-level table of
-//! pages ([`table`]): a write copies the directory, the chunks and the pages it touches, and
-//! shares every other page with the version before. Readers see the same promises as on a
+//! copies the whole tensor. A [`PagedVariable`] stores each version as a radix tree of
+//! pages ([`table`]): a write copies the short root, the nodes and the pages it touches, and
+//! shares every other node and page with the version before. Readers see the same promises as on a
 //! dense variable: a snapshot never changes, a read is a pin and a load and never waits.
 //! Writers are combined as dense deltas are (one new version for every write pending at
 //! once, in arrival order), and reclamation is the book's ([`book`]): a version's pages are
@@ -13,6 +13,8 @@
 mod book;
 mod snapshot;
 mod table;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -52,17 +54,20 @@ use crate::Element;
 ///
 /// **Costs.** A write of `k` rows copies at most `k` pages of
 /// [`rows_per_page`](PagedVariableBuilder::rows_per_page) rows (256 bytes' worth by default,
-/// at least one row), `k` chunks of page pointers, and the directory of chunks; chunks hold
-/// about `sqrt(pages / 32)` pointers, so that the chunks and the directory copied by a
-/// write of 32 rows weigh about the same (100,000 rows of 64 f32: one row per page, 64 pages
-/// per chunk, a directory of 1,563 pointers). Dense writes ([`assign_add`](Self::assign_add),
+/// at least one row), at most `k` nodes of page pointers per level of the tree above them,
+/// and the tree's root. The tree's shape is chosen for writes of 32 pages: nodes of 8 to 64
+/// pointers, as few levels as keep the root short (100,000 rows of 64 f32: one row per page,
+/// two levels of 16-pointer nodes under a root of 391; 10M pages: five levels of 8, a root
+/// of 306), so no write copies a table proportional to the tensor. Dense writes ([`assign_add`](Self::assign_add),
 /// [`assign`](Self::assign)) copy every page, as a dense variable's do; reading the whole
 /// tensor as one ndarray is an explicit copy ([`PagedTable::to_array`]).
 ///
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
-/// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
-/// write pushes the epoch forward, so about two writes' worth), and at most `3k + 8` spare
-/// pages (and as many spare chunks), `k` being the pages and chunks the last write replaced. An [`OwnedPagedSnapshot`] keeps its version's pages, and
+/// its last few writes replaced while they wait out crossbeam-epoch's grace period (a write
+/// pushes the epoch forward once more than four tables wait, so at most about six writes'
+/// worth), and at most `3k + 8` spare pages, `k` being the pages the last write replaced
+/// (and as many spare nodes as it replaced nodes). An [`OwnedPagedSnapshot`] keeps its
+/// version's pages, and
 /// (versions are reused oldest first) the pages every later write replaced, until it is
 /// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
 ///
@@ -94,6 +99,8 @@ pub struct PagedVariableBuilder<A: Element, D: Dimension> {
     init: Array<A, D>,
     name: Option<String>,
     rows_per_page: Option<usize>,
+    /// The tree's shape, `(log2 fanout, levels)`; `None` picks it (tests build deep trees).
+    tree: Option<(u32, u32)>,
 }
 
 impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
@@ -112,6 +119,14 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
         self
     }
 
+    /// Nodes of `2^shift` entries, `levels` deep, whatever the size (tests reach deep trees
+    /// with small tables).
+    #[cfg(test)]
+    pub(crate) fn tree(mut self, shift: u32, levels: u32) -> Self {
+        self.tree = Some((shift.clamp(1, 6), levels.max(1)));
+        self
+    }
+
     /// Creates the variable; its initial value is version 0.
     ///
     /// # Errors
@@ -126,6 +141,7 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
             name,
             self.init.shape(),
             self.rows_per_page,
+            self.tree,
         ));
         let init = standard_elements(&self.init);
         let (book, head) = Book::new(Arc::clone(&layout), &init);
@@ -171,6 +187,7 @@ impl<A: Element> PagedVariable<A> {
             init,
             name: None,
             rows_per_page: None,
+            tree: None,
         }
     }
 
@@ -344,16 +361,23 @@ impl<A: Element> Publish<A> for Inner<A> {
         let version = unsafe { &*new }.number;
         // Release: publishes the new table, its chunks and pages, to readers' Acquire loads.
         self.head.store(new, Ordering::Release);
-        retire(old);
+        retire(old, book.waiting() > FLUSH_AFTER);
         free_orphans();
         Some(version)
     }
 }
 
+/// A write pushes the epoch forward (a crossbeam `flush`, ~0.3 us) once more than this many
+/// tables wait to be reused, so that they come back a couple of writes later: flushing on
+/// every write cost ~8% of a 32-row write on a table that fits in the cache (2,000 x 64 f32;
+/// within noise at 100k rows, where misses dominate), and waiting longer only keeps a few more
+/// writes' pages. Models flush on every write, so that their few writes reach the reuse.
+const FLUSH_AFTER: usize = if cfg!(mvtensor_loom) { 0 } else { 4 };
+
 /// Releases the head's count of a table that is no longer the head, once every thread
-/// pinned now has unpinned, and pushes the epoch forward so that it comes back within a
-/// couple of writes (a `flush` costs ~0.2 us, small beside a paged write).
-fn retire<A: Element>(table: *mut PagedTable<A>) {
+/// pinned now has unpinned; `flush` pushes the epoch forward so that it comes back within a
+/// couple of writes.
+fn retire<A: Element>(table: *mut PagedTable<A>, flush: bool) {
     struct Retired<A: Element>(*mut PagedTable<A>);
     // SAFETY: the count it carries is released on whichever thread runs it; the release is
     // an atomic decrement (and at most an orphan push).
@@ -365,13 +389,15 @@ fn retire<A: Element>(table: *mut PagedTable<A>) {
         // SAFETY: the head's count, given up once no pinned reader can still see the table.
         unsafe { book::release(retired.0) }
     });
-    guard.flush();
+    if flush {
+        guard.flush();
+    }
 }
 
 impl<A: Element> Drop for Inner<A> {
     fn drop(&mut self) {
         // Relaxed: `&mut self`; no writer is left.
-        retire(self.head.load(Ordering::Relaxed));
+        retire(self.head.load(Ordering::Relaxed), true);
         // SAFETY: the variable's own hold on its book, given up once.
         unsafe { book::let_go(self.book) };
         free_orphans();

@@ -1,20 +1,23 @@
-//! A paged version: a directory of chunks, each a fixed array of page pointers, each page a
-//! fixed number of rows.
+//! A paged version: a short root over a radix tree of page pointers, each page a fixed
+//! number of rows.
 //!
 //! ```text
-//!  PagedTable ── dir ──► [c0, c1, ...]          one entry per `per_chunk` pages
-//!                           │
-//!                           ▼
-//!                         [p0, p1, ...]          a chunk: `per_chunk` page pointers
-//!                           │
-//!                           ▼
-//!                         rows_per_page rows of `width` elements
+//!  PagedTable ── root ──► [n, n, ...]       pages / fanout^levels entries
+//!                          │
+//!                          ▼
+//!                        [n, n, ...]        a node: `fanout` entries; `levels` levels of nodes
+//!                          │  ...
+//!                          ▼
+//!                        [p, p, ...]        the lowest level's entries are pages
+//!                          │
+//!                          ▼
+//!                        rows_per_page rows of `width` elements
 //! ```
 //!
-//! Two levels, so that a write touching `k` pages copies the directory (`pages / per_chunk`
-//! entries), `k` chunks and `k` pages: never a table proportional to the whole tensor. Untouched chunks
-//! and pages are shared with the version before. Who owns each chunk and page, and when it is
-//! reused, is the [book](super::book)'s business; a table only reads them.
+//! A write touching `k` pages copies the root, at most `k` nodes per level and `k` pages:
+//! never a table proportional to the whole tensor. Untouched nodes and pages are shared with
+//! the version before. Who owns each node and page, and when it is reused, is the
+//! [book](super::book)'s business; a table only reads them.
 
 use std::fmt;
 use std::ops::Range;
@@ -26,10 +29,16 @@ use crate::error::{check_indices, Result};
 use crate::sync::{AtomicUsize, Handoff};
 use crate::Element;
 
-/// A write of `k` pages copies `pages / per_chunk` directory entries and `k * per_chunk`
-/// chunk entries, least in all when `per_chunk` is about `sqrt(pages / k)`. Chunks are sized
-/// for writes of this many pages (a typical sparse step: 32 embeddings).
+/// The tree is shaped for writes of this many pages (a typical sparse step: 32 embeddings).
 const TYPICAL_PAGES_PER_WRITE: usize = 32;
+
+/// What one more level of nodes costs a write when the shape is chosen, in copied bytes: a
+/// dependent load, often a cache miss, per page on every read and write (measured, 100k
+/// one-row pages, 32 random rows a write, CPU time: 16-entry nodes two levels deep ~4% below
+/// one level of 64-entry chunks, three levels of 8 or 16 entries 5-15% above it). With it,
+/// 100k pages get two levels of 16 entries (a 3 KiB root) and 10M pages five of 8 (a 2.4 KiB
+/// root), where one level of 64 would copy 12 KiB and 1.2 MiB of root per write.
+const LEVEL_BYTES: usize = 4096;
 
 /// Pages aim at this many bytes by default: a sparse write copies whole pages, so small ones
 /// copy little (measured, 100k rows of 64 f32, 32 random rows a write: one row per page is
@@ -38,8 +47,11 @@ const DEFAULT_PAGE_BYTES: usize = 256;
 
 /// A page: `Layout::page_len` elements, from a leaked `Box<[A]>`.
 pub(crate) type Page<A> = *mut A;
-/// A chunk: `per_chunk` page pointers (null past the last page), from a leaked `Box<[_]>`.
-pub(crate) type Chunk<A> = *mut Page<A>;
+/// An entry of the root or of a node: a node one level down or, at the lowest level, a page
+/// (null past the last page).
+pub(crate) type Entry = *mut ();
+/// A node: `Layout::fanout` entries, from a leaked `Box<[Entry]>`.
+pub(crate) type Node = *mut Entry;
 
 /// The fixed geometry of one paged variable.
 #[derive(Debug)]
@@ -53,16 +65,27 @@ pub(crate) struct Layout {
     /// `rows_per_page * width`; every page has this length (the last one's tail is unused).
     pub(crate) page_len: usize,
     pub(crate) pages: usize,
-    /// Page pointers per chunk: a power of two near `sqrt(pages / 32)`, 8 to 1024.
-    pub(crate) per_chunk: usize,
-    pub(crate) chunks: usize,
+    /// Entries per node: a power of two, 8 to 64.
+    pub(crate) fanout: usize,
+    shift: u32,
+    /// Levels of nodes under the root (at least 1).
+    pub(crate) levels: u32,
+    /// Entries in the root: `pages / fanout^levels`, rounded up.
+    pub(crate) root_len: usize,
 }
 
 impl Layout {
     /// `rows_per_page` of `None` picks [`DEFAULT_PAGE_BYTES`] worth of rows (at least one);
     /// any choice is clamped to the rows there are, so that a page is never larger than the
-    /// tensor and `page_len` cannot overflow (ndarray bounds `rows * width`).
-    pub(crate) fn new<A>(name: Arc<str>, shape: &[usize], rows_per_page: Option<usize>) -> Self {
+    /// tensor and `page_len` cannot overflow (ndarray bounds `rows * width`). `tree` of
+    /// `None` picks the nodes' size and depth ([`tree_shape`]); tests choose deep trees of
+    /// small tables with `Some((log2 fanout, levels))`.
+    pub(crate) fn new<A>(
+        name: Arc<str>,
+        shape: &[usize],
+        rows_per_page: Option<usize>,
+        tree: Option<(u32, u32)>,
+    ) -> Self {
         let rows = shape[0];
         let width: usize = shape[1..].iter().fold(1, |a, &b| a.saturating_mul(b));
         let row_bytes = width.saturating_mul(std::mem::size_of::<A>()).max(1);
@@ -70,8 +93,8 @@ impl Layout {
             .unwrap_or(DEFAULT_PAGE_BYTES / row_bytes)
             .clamp(1, rows.max(1));
         let pages = rows.div_ceil(rows_per_page);
-        let balanced = ((pages / TYPICAL_PAGES_PER_WRITE) as f64).sqrt() as usize;
-        let per_chunk = balanced.next_power_of_two().clamp(8, 1024);
+        let (shift, levels) = tree.unwrap_or_else(|| tree_shape(pages));
+        let fanout = 1usize << shift;
         Self {
             name,
             shape: shape.to_vec(),
@@ -80,8 +103,10 @@ impl Layout {
             // Zero-size tensors aside, `rows_per_page <= rows` keeps this within ndarray's bound.
             page_len: if rows == 0 { 0 } else { rows_per_page * width },
             pages,
-            per_chunk,
-            chunks: pages.div_ceil(per_chunk),
+            fanout,
+            shift,
+            levels,
+            root_len: (0..levels).fold(pages, |n, _| n.div_ceil(fanout)),
         }
     }
 
@@ -89,15 +114,44 @@ impl Layout {
         self.shape[0]
     }
 
-    /// Pages of chunk `chunk` that exist (the last chunk may be short).
-    pub(crate) fn pages_in(&self, chunk: usize) -> usize {
-        (self.pages - chunk * self.per_chunk).min(self.per_chunk)
-    }
-
     /// Rows of page `page` that exist (the last page may be short).
     pub(crate) fn rows_in(&self, page: usize) -> usize {
         (self.rows() - page * self.rows_per_page).min(self.rows_per_page)
     }
+
+    /// Page `page`'s entry in the root.
+    pub(crate) fn root_slot(&self, page: usize) -> usize {
+        page.checked_shr(self.shift * self.levels).unwrap_or(0)
+    }
+
+    /// Page `page`'s entry in its node at `level` (0: the nodes whose entries are pages).
+    pub(crate) fn slot(&self, page: usize, level: u32) -> usize {
+        (page >> (self.shift * level)) & (self.fanout - 1)
+    }
+}
+
+/// Nodes of `2^shift` entries and how many levels of them: the shape that copies the fewest
+/// bytes for a write of [`TYPICAL_PAGES_PER_WRITE`] pages (the root, and at each level at most
+/// that many nodes), each level also charged [`LEVEL_BYTES`].
+fn tree_shape(pages: usize) -> (u32, u32) {
+    let entry = std::mem::size_of::<Entry>();
+    let mut best = (usize::MAX, 3, 1);
+    for shift in 3..=6u32 {
+        let fanout = 1usize << shift;
+        let (mut above, mut nodes_copied) = (pages, 0);
+        for levels in 1..=16u32 {
+            above = above.div_ceil(fanout);
+            nodes_copied += above.min(TYPICAL_PAGES_PER_WRITE);
+            let bytes = entry * (above + fanout * nodes_copied) + LEVEL_BYTES * levels as usize;
+            if bytes < best.0 {
+                best = (bytes, shift, levels);
+            }
+            if above <= 1 {
+                break; // a root of one entry: more levels only add loads
+            }
+        }
+    }
+    (best.1, best.2)
 }
 
 /// One immutable version of a [`PagedVariable`](crate::PagedVariable), shown by its
@@ -109,8 +163,8 @@ impl Layout {
 /// [`to_array`](Self::to_array), an explicit copy.
 pub struct PagedTable<A: Element> {
     pub(crate) number: u64,
-    /// `layout.chunks` chunk pointers.
-    pub(crate) dir: Box<[Chunk<A>]>,
+    /// `layout.root_len` entries: the top level's nodes.
+    pub(crate) root: Box<[Entry]>,
     /// The head's link, each owned snapshot, and a retired link waiting out its grace period.
     pub(crate) refs: AtomicUsize,
     /// The book that owns this table's pages (see `book::release`); set once.
@@ -142,12 +196,21 @@ impl<A: Element> PagedTable<A> {
     /// Page `page`'s first element, with the provenance of its allocation (a writer that
     /// owns the page writes through it).
     pub(crate) fn page_ptr(&self, page: usize) -> Page<A> {
-        // SAFETY: a live table's chunks are never written or reused while it is counted or
-        // reachable under a pin (the book reuses only what no live table reaches), and
-        // `page < pages`, so the chunk is non-null and has an entry for it.
-        let per_chunk = self.layout.per_chunk;
-        // SAFETY: as above.
-        unsafe { *self.dir[page / per_chunk].add(page % per_chunk) }
+        self.walk(page, self.layout.levels).cast()
+    }
+
+    /// The entry on page `page`'s path `hops` nodes below the root: a node of level
+    /// `levels - 1 - hops`, or the page itself when `hops == levels`.
+    pub(crate) fn walk(&self, page: usize, hops: u32) -> Entry {
+        let layout = &*self.layout;
+        let mut entry = self.root[layout.root_slot(page)];
+        for level in (layout.levels - hops..layout.levels).rev() {
+            // SAFETY: a live table's nodes are never written or reused while it is counted or
+            // reachable under a pin (the book reuses only what no live table reaches), and
+            // `page < pages`, so every node on its path is non-null and has its entry.
+            entry = unsafe { *entry.cast::<Entry>().add(layout.slot(page, level)) };
+        }
+        entry
     }
 
     /// Page `page` as a slice of `page_len` elements.
@@ -224,5 +287,25 @@ impl<A: Element> fmt::Debug for PagedTable<A> {
             .field("shape", &self.layout.shape)
             .field("rows_per_page", &self.layout.rows_per_page)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shapes the cost model picks: few levels for small tables, a short root for huge
+    /// ones (a write never copies a root proportional to the table).
+    #[test]
+    fn tree_shapes_keep_the_root_short() {
+        assert_eq!(tree_shape(0), (3, 1));
+        assert_eq!(tree_shape(100), (3, 1));
+        assert_eq!(tree_shape(100_000), (4, 2));
+        for pages in [1usize, 7, 1000, 100_000, 10_000_000, 1 << 32] {
+            let (shift, levels) = tree_shape(pages);
+            let root = (0..levels).fold(pages, |n, _| n.div_ceil(1 << shift));
+            assert!(root <= 1024, "{pages} pages: a root of {root}");
+            assert!(levels <= 8, "{pages} pages: {levels} levels");
+        }
     }
 }
