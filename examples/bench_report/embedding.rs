@@ -36,7 +36,7 @@ impl Report<'_> {
             s,
             "A table of {ROWS} x {WIDTH} f32 ({} MiB); an update adds ones to {K} rows drawn \
              Zipf-distributed (exponent 1, as word frequencies are) or uniformly. mvtensor: a \
-             `PagedVariable` (default pages: one row, two levels of 16-pointer nodes), `scatter_add`. The locks update the \
+             `PagedVariable` (default pages: one row, one level of 64-pointer nodes), `scatter_add`. The locks update the \
              rows in place; arc-swap copies the whole table per update; *racy* is Hogwild \
              without any synchronisation (relaxed loads and stores of each element, the \
              `hogwild` crate's behaviour without its undefined behaviour): the speed limit, \
@@ -165,17 +165,17 @@ impl Report<'_> {
             met,
             why: format!(
                 "A paged update copies what it touches: {K} pages of one row (256 bytes), at \
-                 most {K} nodes of 16 page pointers (128 bytes) on each of the tree's two \
-                 levels, and its root (391 pointers, 3 KiB): about 19 KiB read and written \
+                 most {K} nodes of 64 page pointers (512 bytes each) and the tree's root \
+                 (1,563 pointers, 12 KiB): about 36 KiB read and written \
                  where a lock adds {K} rows in place (8 KiB), {} against {} of CPU with uniform \
                  indices. The rows are random in a 25 MiB table, so the pages are cache misses \
                  for every variant, and a copy-on-write update also waits for each page's \
                  path through the tree before it can fetch the page: profiled, about two \
                  thirds of an update is waiting for memory (the prefetches of paths and \
-                 pages, then the copies). The tree's shape hardly matters there: the \
-                 two-level directory of 64-pointer chunks it replaced (28 KiB of pointers a \
-                 write), two levels of 32 and three of 8 or 16 all measured within 10% of one \
-                 another; on a table that fits in the cache (2,000 rows) an update costs \
+                 pages, then the copies). The tree's shape hardly matters there: one \
+                 level of 64-pointer nodes (28 KiB of pointers a write), two levels of 16 or \
+                 32 (11-17 KiB) and three of 8 or 16 all measured within 10% of one another \
+                 on one thread; on a table that fits in the cache (2,000 rows) an update costs \
                  ~1.4 us against ~0.33 us for the lock, the fixed cost of a version per \
                  write (combining, the book, the retirement). With more threads \
                  the ratio follows the one-thread cost (the worst cell: {:.2}x, {} threads, \

@@ -295,11 +295,6 @@ impl<A: Element> Ledger<A> {
         self.spare_lists.truncate(SPARE_TABLES);
     }
 
-    /// Tables not yet reused, the head included.
-    pub(crate) fn waiting(&self) -> usize {
-        self.tables.len()
-    }
-
     fn keep(&mut self, table: *mut PagedTable<A>) {
         let last_used = self.spare_lists.pop().unwrap_or_default();
         self.tables.push_back(Kept { table, last_used });

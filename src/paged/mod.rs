@@ -57,15 +57,14 @@ use crate::Element;
 /// at least one row), at most `k` nodes of page pointers per level of the tree above them,
 /// and the tree's root. The tree's shape is chosen for writes of 32 pages: nodes of 8 to 64
 /// pointers, as few levels as keep the root short (100,000 rows of 64 f32: one row per page,
-/// two levels of 16-pointer nodes under a root of 391; 10M pages: five levels of 8, a root
-/// of 306), so no write copies a table proportional to the tensor. Dense writes ([`assign_add`](Self::assign_add),
+/// one level of 64-pointer nodes under a root of 1,563; 10M pages: three levels of 32 under
+/// a root of 306), so no write copies a table proportional to the tensor. Dense writes ([`assign_add`](Self::assign_add),
 /// [`assign`](Self::assign)) copy every page, as a dense variable's do; reading the whole
 /// tensor as one ndarray is an explicit copy ([`PagedTable::to_array`]).
 ///
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
-/// its last few writes replaced while they wait out crossbeam-epoch's grace period (a write
-/// pushes the epoch forward once more than four tables wait, so at most about six writes'
-/// worth), and at most `3k + 8` spare pages, `k` being the pages the last write replaced
+/// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
+/// write pushes the epoch forward, so about two writes' worth), and at most `3k + 8` spare pages, `k` being the pages the last write replaced
 /// (and as many spare nodes as it replaced nodes). An [`OwnedPagedSnapshot`] keeps its
 /// version's pages, and
 /// (versions are reused oldest first) the pages every later write replaced, until it is
@@ -361,23 +360,20 @@ impl<A: Element> Publish<A> for Inner<A> {
         let version = unsafe { &*new }.number;
         // Release: publishes the new table, its chunks and pages, to readers' Acquire loads.
         self.head.store(new, Ordering::Release);
-        retire(old, book.waiting() > FLUSH_AFTER);
+        retire(old);
         free_orphans();
         Some(version)
     }
 }
 
-/// A write pushes the epoch forward (a crossbeam `flush`, ~0.3 us) once more than this many
-/// tables wait to be reused, so that they come back a couple of writes later: flushing on
-/// every write cost ~8% of a 32-row write on a table that fits in the cache (2,000 x 64 f32;
-/// within noise at 100k rows, where misses dominate), and waiting longer only keeps a few more
-/// writes' pages. Models flush on every write, so that their few writes reach the reuse.
-const FLUSH_AFTER: usize = if cfg!(mvtensor_loom) { 0 } else { 4 };
-
 /// Releases the head's count of a table that is no longer the head, once every thread
-/// pinned now has unpinned; `flush` pushes the epoch forward so that it comes back within a
-/// couple of writes.
-fn retire<A: Element>(table: *mut PagedTable<A>, flush: bool) {
+/// pinned now has unpinned, and pushes the epoch forward so that it comes back within a
+/// couple of writes. On every write: the deferred release sits in the bag of the thread that
+/// held the flag, and the book reuses oldest first, so a write that skipped the flush could
+/// hold every later table back until its thread next holds the flag (measured with a flush
+/// only once four tables waited: 8% cheaper alone on a table in cache, but 2-8 threads fell
+/// from ~330 k to 30-100 k updates/s).
+fn retire<A: Element>(table: *mut PagedTable<A>) {
     struct Retired<A: Element>(*mut PagedTable<A>);
     // SAFETY: the count it carries is released on whichever thread runs it; the release is
     // an atomic decrement (and at most an orphan push).
@@ -389,15 +385,13 @@ fn retire<A: Element>(table: *mut PagedTable<A>, flush: bool) {
         // SAFETY: the head's count, given up once no pinned reader can still see the table.
         unsafe { book::release(retired.0) }
     });
-    if flush {
-        guard.flush();
-    }
+    guard.flush();
 }
 
 impl<A: Element> Drop for Inner<A> {
     fn drop(&mut self) {
         // Relaxed: `&mut self`; no writer is left.
-        retire(self.head.load(Ordering::Relaxed), true);
+        retire(self.head.load(Ordering::Relaxed));
         // SAFETY: the variable's own hold on its book, given up once.
         unsafe { book::let_go(self.book) };
         free_orphans();
