@@ -5,11 +5,10 @@
 
 use std::sync::mpsc;
 
-use mvtensor::{CriticalSection, Error, Variable};
-use ndarray::{ArrayD, IxDyn};
+use mvtensor::Error;
 
 mod common;
-use common::quiesce;
+use common::{large_with_section, quiesce};
 
 #[test]
 #[cfg_attr(
@@ -17,13 +16,8 @@ use common::quiesce;
     ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
 )]
 fn a_stalled_variable_trims_back_to_two_spares_after_a_write() -> Result<(), Error> {
-    let len = 64 * 1024; // 256 KiB of f32: a large version, trimmed to two spares
-    let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
-    let delta = ArrayD::<f32>::ones(IxDyn(&[len]));
-    let section = CriticalSection::builder()
-        .resource(&v)
-        .build()
-        .expect("a fresh variable is unclaimed");
+    let len = 64 * 1024;
+    let (v, delta, section) = large_with_section(len); // 256 KiB of f32: a large version, trimmed to two spares
     let writes: [&dyn Fn() -> Result<(), Error>; 2] = [&|| v.assign_add(&delta).map(drop), &|| {
         section.execute(|tx| tx.assign_add(&v, &delta))
     }];

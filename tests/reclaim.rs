@@ -2,8 +2,10 @@
 //! write returns, so its passes alternate between two buffers (the cache-friendly case). One test per file:
 //! another test's thread pinned in the same process could hold the epoch back.
 
-use mvtensor::{CriticalSection, Error, Variable};
-use ndarray::{ArrayD, IxDyn};
+use mvtensor::Error;
+
+mod common;
+use common::large_with_section;
 
 #[test]
 #[cfg_attr(
@@ -11,13 +13,8 @@ use ndarray::{ArrayD, IxDyn};
     ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
 )]
 fn a_lone_writer_reuses_what_it_replaced() -> Result<(), Error> {
-    let len = 64 * 1024; // 256 KiB of f32: large enough to be reclaimed eagerly
-    let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
-    let delta = ArrayD::<f32>::ones(IxDyn(&[len]));
-    let section = CriticalSection::builder()
-        .resource(&v)
-        .build()
-        .expect("a fresh variable is unclaimed");
+    let len = 64 * 1024;
+    let (v, delta, section) = large_with_section(len); // 256 KiB of f32: large enough to be reclaimed eagerly
     for i in 1..=50u64 {
         match i % 3 {
             0 => {

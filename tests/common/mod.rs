@@ -35,3 +35,22 @@ pub fn quiesce() {
         crossbeam_epoch::pin().flush();
     }
 }
+
+/// A variable of `len` f32 zeros, a delta of ones of its shape, and a critical section over
+/// the variable: the set-up of the tests that write one large variable both ways.
+#[allow(dead_code)] // not every test file writes through a section
+pub fn large_with_section(
+    len: usize,
+) -> (
+    mvtensor::Variable<f32>,
+    ndarray::ArrayD<f32>,
+    mvtensor::CriticalSection,
+) {
+    let v = mvtensor::Variable::new(ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[len])));
+    let delta = ndarray::ArrayD::<f32>::ones(ndarray::IxDyn(&[len]));
+    let section = mvtensor::CriticalSection::builder()
+        .resource(&v)
+        .build()
+        .expect("a fresh variable is unclaimed");
+    (v, delta, section)
+}
