@@ -13,8 +13,8 @@
 //! is thus in exactly one place: reachable from the head, in some entry's `last_used`, or
 //! spare. So with no snapshot held, a paged variable owns its table (the head's pages), the
 //! pages of the versions still waiting out their grace period (a few writes' worth; see
-//! docs/design.md) and at most `3k + 8` spare pages and as many spare nodes, `k` being the
-//! pages and nodes the last write replaced.
+//! docs/design.md), at most `3k + 8` spare pages, `k` being the pages the last write
+//! replaced, and at most `3n + 8` spare nodes, `n` being the nodes it replaced.
 //!
 //! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
 //! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
@@ -36,7 +36,7 @@ use crate::pool::{orphan, Link};
 use crate::sync::{fence, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
-/// Spare tables (each with its directory) a book keeps.
+/// Spare tables (each with its root) a book keeps.
 const SPARE_TABLES: usize = 4;
 
 /// One table not yet reused, and the nodes and pages no newer table reaches.

@@ -58,15 +58,16 @@ use crate::Element;
 /// and the tree's root. The tree's shape is chosen for writes of 32 pages: nodes of 8 to 64
 /// pointers, as few levels as keep the root short (100,000 rows of 64 f32: one row per page,
 /// one level of 64-pointer nodes under a root of 1,563; 10M pages: three levels of 32 under
-/// a root of 306), so no write copies a table proportional to the tensor. Dense writes ([`assign_add`](Self::assign_add),
-/// [`assign`](Self::assign)) copy every page, as a dense variable's do; reading the whole
-/// tensor as one ndarray is an explicit copy ([`PagedTable::to_array`]).
+/// a root of 306), so no write copies a table proportional to the tensor. Dense writes
+/// ([`assign_add`](Self::assign_add), [`assign`](Self::assign)) copy every page, as a dense
+/// variable's do; reading the whole tensor as one ndarray is an explicit copy
+/// ([`PagedTable::to_array`]).
 ///
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
-/// write pushes the epoch forward, so about two writes' worth), and at most `3k + 8` spare pages, `k` being the pages the last write replaced
-/// (and as many spare nodes as it replaced nodes). An [`OwnedPagedSnapshot`] keeps its
-/// version's pages, and
+/// write pushes the epoch forward, so about two writes' worth), at most `3k + 8` spare
+/// pages, `k` being the pages the last write replaced, and at most `3n + 8` spare nodes, `n`
+/// being the nodes it replaced. An [`OwnedPagedSnapshot`] keeps its version's pages, and
 /// (versions are reused oldest first) the pages every later write replaced, until it is
 /// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
 ///
@@ -112,7 +113,7 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
     /// Rows per page (at least 1, at most the rows there are): what a row write copies at
     /// least. By default, as many
     /// rows as fit in 256 bytes (at least one): small pages copy little per sparse write;
-    /// large ones make the directory, chunks and dense writes cheaper.
+    /// large ones make the tree and dense writes cheaper.
     pub fn rows_per_page(mut self, rows: usize) -> Self {
         self.rows_per_page = Some(rows.max(1));
         self
@@ -358,7 +359,7 @@ impl<A: Element> Publish<A> for Inner<A> {
         let new = unsafe { book.build(old, deltas) };
         // SAFETY: ours until published, and immutable after.
         let version = unsafe { &*new }.number;
-        // Release: publishes the new table, its chunks and pages, to readers' Acquire loads.
+        // Release: publishes the new table, its nodes and pages, to readers' Acquire loads.
         self.head.store(new, Ordering::Release);
         retire(old);
         free_orphans();
