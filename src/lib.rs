@@ -74,7 +74,8 @@
 //!   nested `execute` is an error, not a deadlock; a panic commits nothing and poisons
 //!   nothing; sections sharing a variable non-exclusively are still serializable. Inside,
 //!   the [`Txn`] lends private working copies to change in place, several at once (an
-//!   optimizer step over parameters and moments), checked like a `RefCell`.
+//!   optimizer step over parameters and moments), checked like a `RefCell`; or, with
+//!   [`Txn::rewrite`], a fresh one to compute from the current value in one sweep.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
 //!   the commit order, never half an execution, and never waits for a writer.
 //! * **Optimizers and rows.** [`optim::Optimizer`] applies SGD, momentum or Adam(W) to a
@@ -187,7 +188,7 @@ pub use paged::{
     OwnedPagedSnapshot, PagedSnapshot, PagedStats, PagedTable, PagedVariable, PagedVariableBuilder,
 };
 pub use read_all::{read_all, ReadSet};
-pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef};
+pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef, TxnRewrite};
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};
 pub use store::{Entries, SnapshotEntry, Store, StoreSnapshot, VariableInfo};

@@ -1,7 +1,8 @@
 //! Optimizers over shared parameters: SGD, SGD with momentum, Adam and AdamW, with optional
 //! clipping by global norm, each step applied atomically to the whole parameter set in one
-//! critical-section execution, in place on the working copies; and [`SoftUpdate`], a target
-//! network following an online one.
+//! critical-section execution, computed straight into the working copies
+//! ([`Txn::rewrite`](crate::Txn::rewrite): each tensor read once and written once, no copy
+//! first); and [`SoftUpdate`], a target network following an online one.
 //!
 //! An [`Optimizer`] owns its state as two variables of its own (every momentum buffer or
 //! Adam moment in one, a step counter in the other) and one [`CriticalSection`] over the
@@ -317,39 +318,37 @@ impl<A: Element + NdFloat> Optimizer<A> {
                 t[()]
             };
             let bias = self.rule.bias_correction(t);
-            let mut state = self.state.as_ref().map(|s| tx.write(s)).transpose()?;
-            let mut at = 0; // where this parameter's block starts in `state`
+            // Every tensor is rewritten, not written: read once and written once, with no
+            // copy first.
+            let mut state = self.state.as_ref().map(|s| tx.rewrite(s)).transpose()?;
+            let (mut state_before, mut state_after): (&[A], &mut [A]) = match &mut state {
+                Some(state) => {
+                    let (before, after) = state.split();
+                    (standard(before), standard_mut(after))
+                }
+                None => (&[], &mut []),
+            };
             for (i, (shape, g)) in grads.iter().enumerate() {
                 let param = &self.params[i];
-                let mut p = tx.write(param)?;
+                let mut p = tx.rewrite(param)?;
+                let (before, after) = p.split();
                 // A misfit fails the execution, which rolls back every write before it.
-                check_shape(param.name(), p.shape(), shape)?;
+                check_shape(param.name(), before.shape(), shape)?;
                 // The state fits the shape at build time (a parameter built with a dynamic
                 // shape may have changed since).
-                check_shape(param.name(), &self.shapes[i], p.shape())?;
-                let p = p
-                    .as_slice_mut()
-                    .expect("working copies are in standard layout");
-                let len = per_param * p.len();
-                let block = match &mut state {
-                    Some(state) => {
-                        let state = state
-                            .as_slice_mut()
-                            .expect("working copies are in standard layout");
-                        &mut state[at..at + len]
-                    }
-                    None => &mut [],
-                };
-                at += len;
-                // At most two state tensors per parameter: no allocation per step.
-                let mut parts = SmallVec::<[&mut [A]; 2]>::new();
-                let mut rest = block;
+                check_shape(param.name(), &self.shapes[i], before.shape())?;
+                let (before, after) = (standard(before), standard_mut(after));
+                // This parameter's state block: at most two tensors, no allocation per step.
+                let mut state = Parts::default();
                 for _ in 0..per_param {
-                    let (part, tail) = std::mem::take(&mut rest).split_at_mut(p.len());
-                    parts.push(part);
-                    rest = tail;
+                    let (part, rest) = state_before.split_at(after.len());
+                    state.before.push(part);
+                    state_before = rest;
+                    let (part, rest) = std::mem::take(&mut state_after).split_at_mut(after.len());
+                    state.after.push(part);
+                    state_after = rest;
                 }
-                apply(self.rule, bias, scale, p, &mut parts, g);
+                apply(self.rule, bias, scale, (before, after), state, g);
             }
             Ok(t)
         })
@@ -370,25 +369,52 @@ fn clip_scale<A: NdFloat>(grads: &[(&[usize], Cow<'_, [A]>)], max: A) -> A {
     }
 }
 
-/// One parameter's update, in place: `p`, its state (none, the momentum buffer, or m and v),
-/// the gradient times `scale`, with the step's bias corrections (`Rule::bias_correction`).
+/// A parameter's state tensors (none, the momentum buffer, or m and v) before a step, and
+/// where the step writes them.
+#[derive(Default)]
+struct Parts<'a, A> {
+    before: SmallVec<[&'a [A]; 2]>,
+    after: SmallVec<[&'a mut [A]; 2]>,
+}
+
+/// A version's elements (versions and working copies are always in standard layout).
+fn standard<A, D: Dimension>(array: &ndarray::ArrayRef<A, D>) -> &[A] {
+    array.as_slice().expect("versions are in standard layout")
+}
+
+/// A working copy's elements.
+fn standard_mut<A, D: Dimension>(array: &mut ndarray::ArrayRef<A, D>) -> &mut [A] {
+    array
+        .as_slice_mut()
+        .expect("working copies are in standard layout")
+}
+
+/// One parameter's update, from its value and state before the step into where the step
+/// writes them (every element): `p`, its state, the gradient times `scale`, with the step's
+/// bias corrections (`Rule::bias_correction`).
 fn apply<A: NdFloat>(
     rule: Rule<A>,
     (c1, c2): (A, A),
     scale: A,
-    p: &mut [A],
-    state: &mut [&mut [A]],
+    (p, p_out): (&[A], &mut [A]),
+    state: Parts<'_, A>,
     g: &[A],
 ) {
-    match (rule, state) {
-        (Rule::Sgd { lr }, []) => {
+    match (rule, &state.before[..], state.after) {
+        (Rule::Sgd { lr }, [], _) => {
             let k = lr * scale;
-            p.iter_mut().zip(g).for_each(|(p, &g)| *p -= k * g);
+            for ((out, &p), &g) in p_out.iter_mut().zip(p).zip(g) {
+                *out = p - k * g;
+            }
         }
-        (Rule::Momentum { lr, momentum }, [v]) => {
-            for ((p, v), &g) in p.iter_mut().zip(v.iter_mut()).zip(g) {
-                *v = momentum * *v + scale * g;
-                *p -= lr * *v;
+        (Rule::Momentum { lr, momentum }, [v], mut after) => {
+            let [v_out] = &mut after[..] else {
+                unreachable!("as many state tensors after as before")
+            };
+            let (p, v) = (p.iter().zip(*v), p_out.iter_mut().zip(v_out.iter_mut()));
+            for (((&p, &v), (p_out, v_out)), &g) in p.zip(v).zip(g) {
+                *v_out = momentum * v + scale * g;
+                *p_out = p - lr * *v_out;
             }
         }
         (
@@ -400,13 +426,20 @@ fn apply<A: NdFloat>(
                 weight_decay,
             },
             [m, v],
+            mut after,
         ) => {
+            let [m_out, v_out] = &mut after[..] else {
+                unreachable!("as many state tensors after as before")
+            };
             let decay = A::one() - lr * weight_decay;
-            for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+            let before = p.iter().zip(m.iter()).zip(v.iter());
+            let after = p_out.iter_mut().zip(m_out.iter_mut()).zip(v_out.iter_mut());
+            for ((((&p, &m), &v), ((p_out, m_out), v_out)), &g) in before.zip(after).zip(g) {
                 let g = scale * g;
-                *m = beta1 * *m + (A::one() - beta1) * g;
-                *v = beta2 * *v + (A::one() - beta2) * g * g;
-                *p = *p * decay - lr * (*m / c1) / ((*v / c2).sqrt() + eps);
+                let m = beta1 * m + (A::one() - beta1) * g;
+                let v = beta2 * v + (A::one() - beta2) * g * g;
+                (*m_out, *v_out) = (m, v);
+                *p_out = p * decay - lr * (m / c1) / ((v / c2).sqrt() + eps);
             }
         }
         _ => unreachable!("each rule is built with its own number of state tensors"),

@@ -61,11 +61,13 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
         let online = read_all(&self.online[..]);
         self.section.execute(|tx| {
             for (target, online) in self.targets.iter().zip(&online) {
-                let mut t = tx.write(target)?;
-                check_shape(target.name(), t.shape(), online.shape())?; // rolls back if not
-                Zip::from(&mut *t)
+                let mut t = tx.rewrite(target)?;
+                let (before, after) = t.split();
+                check_shape(target.name(), before.shape(), online.shape())?; // rolls back if not
+                Zip::from(after)
+                    .and(before)
                     .and(&**online)
-                    .for_each(|t, &o| *t = tau * o + (A::one() - tau) * *t);
+                    .for_each(|t, &before, &o| *t = tau * o + (A::one() - tau) * before);
             }
             Ok(())
         })

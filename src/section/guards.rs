@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 
 use ndarray::{ArrayD, ArrayRef, Dimension, IxDyn};
 
-use super::slot::Borrow;
+use super::slot::{Borrow, Source};
 use crate::dim::{Shown, ShownMut};
 use crate::version::VersionRef;
 use crate::Element;
@@ -33,6 +33,43 @@ pub(super) enum RefInner<'t, A: Element> {
 pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
     pub(super) shown: ShownMut<'t, A, D>,
     pub(super) _borrow: Borrow<'t>,
+}
+
+/// A variable's value in an execution beside a fresh working copy for its next value:
+/// see [`Txn::rewrite`](super::Txn::rewrite). The working copy's elements are unspecified
+/// until written: write every one.
+#[must_use]
+pub struct TxnRewrite<'t, A: Element, D: Dimension = IxDyn> {
+    // Declared first: it borrows what `source` keeps alive.
+    pub(super) shown: Shown<A, D>,
+    pub(super) target: ShownMut<'t, A, D>,
+    pub(super) source: Source<'t, A>,
+    pub(super) _borrow: Borrow<'t>,
+}
+
+impl<A: Element, D: Dimension> TxnRewrite<'_, A, D> {
+    /// The value the execution saw before this write.
+    pub fn source(&self) -> &ArrayRef<A, D> {
+        self.shown.get(self.source.data())
+    }
+
+    /// The working copy: the variable's next value, once every element is written.
+    pub fn target(&mut self) -> &mut ArrayRef<A, D> {
+        self.target.get_mut()
+    }
+
+    /// Both at once, to compute one from the other.
+    pub fn split(&mut self) -> (&ArrayRef<A, D>, &mut ArrayRef<A, D>) {
+        (self.shown.get(self.source.data()), self.target.get_mut())
+    }
+}
+
+impl<A: Element, D: Dimension> fmt::Debug for TxnRewrite<'_, A, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxnRewrite")
+            .field("source", &self.source())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<A: Element> RefInner<'_, A> {

@@ -30,7 +30,7 @@ use ndarray::Dimension;
 use slot::{AnySlot, Slot};
 
 pub(crate) use claims::Claims;
-pub use guards::{TxnMut, TxnRef};
+pub use guards::{TxnMut, TxnRef, TxnRewrite};
 pub use txn::Txn;
 
 use crate::error::Error;

@@ -154,6 +154,45 @@ impl<A: Element> Slot<A> {
         Ok((staged, Borrow(&self.borrows)))
     }
 
+    /// A mutable borrow of a fresh working copy, beside the value it replaces: for an
+    /// execution that computes every element of the next value from the current one in one
+    /// sweep, with no copy first. The working copy's elements are unspecified (a pooled
+    /// buffer's stale values) until the caller writes them.
+    #[allow(clippy::mut_from_ref)] // the run-time borrow count is the check
+    pub(super) fn rewrite(
+        &self,
+        section: &str,
+        guard: &epoch::Guard,
+    ) -> Result<(Source<'_, A>, &mut ArrayD<A>, Borrow<'_>)> {
+        let n = self.borrows.get();
+        if n != 0 {
+            return Err(self.borrowed(section, n < 0));
+        }
+        // SAFETY: no borrow is alive.
+        let state = unsafe { self.state() };
+        state.load(&self.variable, guard);
+        let next = self.variable.inner.building(state.current(), Taker::Anyone);
+        let source = match state.checkpoint {
+            // Already written in this execution: that copy is the source, and the borrow
+            // owns it (back to the pool when the borrow ends).
+            Some(_) => Source::Replaced(state.staged.replace(next).expect("written")),
+            // The execution's first write: as in `write`, what was staged before is kept
+            // for a rollback, and stays unchanged until the execution ends.
+            None => {
+                state.checkpoint = Some(state.staged.replace(next));
+                match &state.checkpoint {
+                    Some(Some(before)) => Source::Kept(&before.data),
+                    // SAFETY: loaded, and the head's count keeps it alive while we hold the
+                    // ticket.
+                    _ => Source::Kept(unsafe { &(*state.base).data }),
+                }
+            }
+        };
+        self.borrows.set(-1);
+        let staged = &mut state.staged.as_mut().expect("staged above").data;
+        Ok((source, staged, Borrow(&self.borrows)))
+    }
+
     fn borrowed(&self, section: &str, mutably: bool) -> Error {
         Error::Borrowed {
             variable: self.variable.name().to_owned(),
@@ -299,6 +338,23 @@ pub(super) enum Init<'d, A> {
     Overwrite,
     /// With `current ± delta`, in one sweep (a later write adds the delta in place).
     Delta(Delta<'d, A>),
+}
+
+/// What a [`Slot::rewrite`] computes from.
+pub(super) enum Source<'s, A: Element> {
+    /// The value before the execution's first write: unchanged until the execution ends.
+    Kept(&'s ArrayD<A>),
+    /// The execution's own earlier working copy, which the new one replaces.
+    Replaced(Building<A>),
+}
+
+impl<A: Element> Source<'_, A> {
+    pub(super) fn data(&self) -> &ArrayD<A> {
+        match self {
+            Source::Kept(data) => data,
+            Source::Replaced(building) => &building.data,
+        }
+    }
 }
 
 /// A borrow of a slot (shared or mutable); ends when dropped.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ndarray::{Array, ArrayRef, Dimension};
 use smallvec::SmallVec;
 
-use super::guards::{RefInner, TxnMut, TxnRef};
+use super::guards::{RefInner, TxnMut, TxnRef, TxnRewrite};
 use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
 use crate::dim::{Shown, ShownMut};
@@ -133,6 +133,52 @@ impl<'s> Txn<'s> {
         variable: &Variable<A, D>,
     ) -> Result<TxnMut<'_, A, D>> {
         self.write_with(variable, Init::Copy)
+    }
+
+    /// The variable's value beside a fresh working copy for its next value, to compute one
+    /// from the other in one sweep: what an optimizer does (`p' = p - lr * g`). Unlike
+    /// [`write`](Self::write), nothing is copied first, so a tensor is read once and written
+    /// once (a `write` then an update in place streams it three times).
+    ///
+    /// The working copy's elements are **unspecified** (stale values of this variable's
+    /// earlier versions) until you write them: write every one. A second `rewrite` of the
+    /// variable in one execution reads what the first one wrote.
+    ///
+    /// ```
+    /// use mvtensor::{CriticalSection, Variable};
+    /// use ndarray::{array, Zip};
+    ///
+    /// let w = Variable::new(array![1.0f32, 2.0, 3.0]);
+    /// let section = CriticalSection::builder().resource(&w).build()?;
+    /// let grad = array![0.5f32, 0.5, 0.5];
+    /// section.execute(|tx| {
+    ///     let mut w = tx.rewrite(&w)?;
+    ///     let (old, new) = w.split();
+    ///     Zip::from(new).and(old).and(&grad).for_each(|n, &o, &g| *n = o - 0.1 * g);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(*w.read(), array![0.95f32, 1.95, 2.95]);
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`]; [`Error::Borrowed`] while this execution holds another
+    /// borrow of it.
+    pub fn rewrite<A: Element, D: Dimension>(
+        &self,
+        variable: &Variable<A, D>,
+    ) -> Result<TxnRewrite<'_, A, D>> {
+        let slot = self.slot(variable.erased())?;
+        let (source, data, borrow) = slot.rewrite(self.section, &self.guard)?;
+        // SAFETY: the source lives as long as the borrow: kept unchanged by the slot until
+        // the execution ends, or owned by `source`, which the `TxnRewrite` holds.
+        let shown = unsafe { Shown::new(source.data()) };
+        Ok(TxnRewrite {
+            shown,
+            target: ShownMut::new(data),
+            source,
+            _borrow: borrow,
+        })
     }
 
     /// Sets the variable's value to `value` (copied into the working copy, or moved in if
