@@ -19,7 +19,7 @@ use crate::kernel::{self, Delta};
 use crate::record::{CommitRecord, Record};
 use crate::sync::epoch;
 use crate::variable::Taker;
-use crate::version::{Building, Version, VersionRef};
+use crate::version::{Building, Pinned, Version};
 use crate::{Element, Variable};
 
 /// A slot without its element type, so that a section's resources may mix dtypes.
@@ -39,7 +39,8 @@ pub(super) trait AnySlot: Send {
     fn publish(&self, guard: &epoch::Guard);
     /// Installs the working copy with the batch's pending `record`.
     fn install(&self, record: &Arc<CommitRecord>, guard: &epoch::Guard);
-    /// After the record committed: retire the replaced version, trim the pool.
+    /// After the record committed: retire the replaced version, trim the pool. `guard` is
+    /// the one `install` ran under, pinned since.
     fn finish(&self, guard: &epoch::Guard);
     /// The batch is over (committed or not): back to empty.
     fn clear(&self);
@@ -61,11 +62,14 @@ struct State<A: Element> {
     staged: Option<Building<A>>,
     /// `Some(before)` once the running execution has written: `staged` as it began.
     checkpoint: Option<Option<Building<A>>>,
-    installed: Option<VersionRef<A>>,
+    /// The working copy once installed (null before): the head until the batch ends, and
+    /// reached under the batch's guard, which stays pinned until `finish` (no count taken:
+    /// two atomic operations per version saved).
+    installed: *const Version<A>,
 }
 
-// SAFETY: the raw `base` is only followed by the flag holder while it holds the variable's
-// ticket (the head's count keeps it alive); `Cell`/`UnsafeCell` are only touched by the
+// SAFETY: the raw `base` and `installed` are only followed by the flag holder while it
+// holds the variable's ticket (the head's count keeps them alive); `Cell`/`UnsafeCell` are only touched by the
 // thread holding the section's batch flag, whose hand-over (Release/Acquire) orders every
 // access. The rest is `Send`.
 unsafe impl<A: Element> Send for Slot<A> {}
@@ -79,7 +83,7 @@ impl<A: Element> Slot<A> {
                 base: std::ptr::null(),
                 staged: None,
                 checkpoint: None,
-                installed: None,
+                installed: std::ptr::null(),
             }),
         }
     }
@@ -299,7 +303,7 @@ impl<A: Element> AnySlot for Slot<A> {
             debug_assert!(std::ptr::eq(current.version.as_ptr(), state.base));
             match inner.head.install(&current, new, guard) {
                 Ok(installed) => {
-                    state.installed = Some(installed.to_ref());
+                    state.installed = installed.as_ptr();
                     return;
                 }
                 // As in `publish`.
@@ -311,7 +315,11 @@ impl<A: Element> AnySlot for Slot<A> {
     fn finish(&self, guard: &epoch::Guard) {
         // SAFETY: between executions.
         let state = unsafe { self.state() };
-        if let Some(installed) = state.installed.take() {
+        let installed = std::mem::replace(&mut state.installed, std::ptr::null());
+        if !installed.is_null() {
+            // SAFETY: installed under the batch's guard, which the caller still pins (the
+            // `AnySlot::finish` contract); and it is still the head (we hold the ticket).
+            let installed = unsafe { Pinned::new(installed) };
             installed.release_prev(guard);
             self.variable
                 .inner
@@ -326,7 +334,7 @@ impl<A: Element> AnySlot for Slot<A> {
         state.base = std::ptr::null();
         state.staged = None;
         state.checkpoint = None;
-        state.installed = None;
+        state.installed = std::ptr::null();
     }
 }
 
