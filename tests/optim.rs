@@ -199,11 +199,12 @@ fn optimizer_state_rides_in_store_snapshots() {
     opt.step((&Array1::<f32>::ones(3),)).unwrap();
     let snap = store.snapshot();
     let names: Vec<_> = snap.iter().map(|e| e.name().to_owned()).collect();
-    assert_eq!(names, ["adam.state", "adam.step", "w"]);
-    assert_eq!(snap.get::<i64, ndarray::Ix0>("adam.step").unwrap()[()], 1);
-    // w's first moment (0.1 * g), then its second (0.001 * g^2), each in w's order.
+    assert_eq!(names, ["adam.state", "w"]);
+    // w's first moment (0.1 * g), then its second (0.001 * g^2), each in w's order; then
+    // the step count, `lo + hi * 2^24`.
     let state = snap.get::<f32, ndarray::Ix1>("adam.state").unwrap();
-    assert_adam_block(&state, 0.1, 0.001, 1e-6);
+    assert_adam_block(&state.slice(ndarray::s![..6]), 0.1, 0.001, 1e-6);
+    assert_eq!(state.slice(ndarray::s![6..]).to_vec(), [1.0, 0.0]);
 }
 
 /// `state` is one 3-element parameter's Adam block: every first moment `m`, then every
@@ -222,7 +223,7 @@ fn assert_adam_block(state: &ndarray::ArrayRef1<f32>, m: f32, v: f32, tol: f32) 
 
 /// The state variable's layout, as `register_state` documents it: per parameter in order,
 /// its momentum buffer (or Adam's first moment, then its second), in the parameter's own
-/// order; an empty parameter has an empty block and still steps.
+/// order; an empty parameter has an empty block and still steps; the step count last.
 #[test]
 fn the_state_of_every_parameter_has_its_block() {
     let store = Store::new();
@@ -244,7 +245,10 @@ fn the_state_of_every_parameter_has_its_block() {
     let snap = store.snapshot();
     let state = snap.get::<f32, ndarray::Ix1>("mom.state").unwrap();
     // v = 0.5 * v + g, twice: 1.5 * g.
-    assert_eq!(state.to_vec(), [1.5, 3.0, 4.5, 6.0, 15.0, 15.0, 15.0]);
+    assert_eq!(
+        state.to_vec(),
+        [1.5, 3.0, 4.5, 6.0, 15.0, 15.0, 15.0, 2.0, 0.0]
+    );
     assert_eq!(w.read()[[1, 1]], -4.0 - 6.0);
 
     let e = store.variable("e2", Array1::<f32>::zeros(0)).unwrap();
@@ -260,7 +264,8 @@ fn the_state_of_every_parameter_has_its_block() {
     let state = store.snapshot();
     let state = state.get::<f32, ndarray::Ix1>("adam.state").unwrap();
     // b's first moment (0.1 * g), then its second (0.001 * g^2); e adds nothing.
-    assert_adam_block(&state, 1.0, 0.1, 1e-5);
+    assert_adam_block(&state.slice(ndarray::s![..6]), 1.0, 0.1, 1e-5);
+    assert_eq!(state.slice(ndarray::s![6..]).to_vec(), [1.0, 0.0]);
 }
 
 #[test]

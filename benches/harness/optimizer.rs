@@ -2,8 +2,9 @@
 //! optimizer step per operation, applied by every thread to the same shared state. mvtensor
 //! runs it in one `CriticalSection` execution, twice over: written by hand over the
 //! parameters, both moments of each and the step counter as 13 variables, and as the crate's
-//! own `optim::Optimizer` (its state in one variable: 6 in all); both write each working
-//! copy in place. The locks update in place under one guard.
+//! own `optim::Optimizer` (its moments and step count in one variable: 5 in all), which
+//! computes each working copy from the value it replaces (`Txn::rewrite`); the hand-written
+//! one writes its copies in place. The locks update in place under one guard.
 //!
 //! Every step uses its own step number, and all threads apply the same gradients, so the
 //! final parameters are a function of the number of steps alone: the driver replays that
@@ -163,7 +164,7 @@ impl Optimizer for MvAdam {
 }
 
 /// mvtensor's own Adam (`optim::Optimizer`): the parameters as variables, the moments in one
-/// state variable, the step counter in another; one execution per step.
+/// state variable with the step count; one execution per step.
 pub struct MvOptim {
     p: Vec<Variable<f32>>,
     adam: mvtensor::optim::Optimizer<f32>,

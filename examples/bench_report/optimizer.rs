@@ -28,9 +28,11 @@ impl Report<'_> {
             "Four tensors ({:?} f32, {} in all), their two moments and a step counter; every \
              thread applies one Adam step after another to the same shared state. mvtensor, \
              twice: a `CriticalSection` written by hand over 13 variables (every tensor and \
-             moment, and the counter), and the crate's own `optim::Optimizer` (the moments in \
-             one state variable: 6 variables); each step is one `execute` that writes the \
-             working copies in place. The mutexes guard plain arrays and update them in \
+             moment, and the counter) that writes its working copies in place, and the \
+             crate's own `optim::Optimizer` (the moments and the step count in one state \
+             variable: 5 variables) that computes each working copy from the value it \
+             replaces (`Txn::rewrite`: one read and one write per tensor); each step is one \
+             `execute`. The mutexes guard plain arrays and update them in \
              place. The parameters are checked bit for bit against a serial replay of the \
              same number of steps. Steps/s; in brackets each ÷ mvtensor's optimizer. Last \
              column: mvtensor's optimizer ÷ the best mutex.\n",
