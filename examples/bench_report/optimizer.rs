@@ -79,17 +79,22 @@ impl Report<'_> {
             why: format!(
                 "{:.2}x at worst ({} threads). One thread: a step of the crate's optimizer took \
                  {} against {} under the best mutex (the hand-written section over 13 \
-                 variables: {}). The arithmetic is the same; on top of it each step copies the \
-                 tensors it writes into working copies (the old versions stay readable: that is \
-                 the point of versions), installs a version of each with one shared commit \
-                 record, and retires the ones they replaced through the epoch. A version costs \
-                 at least ~650 instructions (copy, install, retirement); the hand-written \
-                 section pays 13 a step (callgrind: ~28k instructions against ~12k for the \
-                 same step on plain arrays, the mutex's body), the optimizer 6, with its \
-                 moments in one state variable. What is left is 4 parameters, the state and \
-                 the counter: closing it needs the state outside the version chain (kept by \
-                 the section, copied inside an execution by a store snapshot), a product \
-                 decision (issue 9's closing note).",
+                 variables: {}). The arithmetic is the same, about half of the step, and the \
+                 optimizer computes each working copy from the value it replaces in that same \
+                 pass (`Txn::rewrite`: no copy first). On top of it each step takes five \
+                 pooled versions (the four parameters, and one state variable holding both \
+                 moments and the step count), installs them under one shared commit record \
+                 and retires the ones they replaced: about ten atomic read-modify-writes per \
+                 version (pool take and return, the record's count, the head's CAS, the \
+                 retirement), ~60 ns a version, where the mutex pays two atomics a step \
+                 (callgrind: ~15.4k instructions a step, of which the Adam pass is ~7.9k). \
+                 With more threads than cores, waiting callers spin, yield and park, and \
+                 waking a parked one (a futex call) falls on the batch holder's path, where \
+                 parking_lot's unlocking thread takes the lock straight back and its waiters \
+                 sleep (perf at 4 threads: 18% of samples in context switches, apply 20%). \
+                 What would close it: the parameters in one variable like the moments (one \
+                 version a step, views of it for the model) and a commit record without a \
+                 count per version.",
                 worst.1,
                 worst.0,
                 latency(ns(self.optimizer(1, OptimizerVariant::MvOptim))),

@@ -166,9 +166,10 @@ impl Report<'_> {
                  parameters), so a step is mostly the forward and backward pass, and what \
                  mvtensor adds per step is fixed: `read_all` (a clock tick and four counts), \
                  one execution (its ticket, working copies of the 4 parameters and of the \
-                 optimizer's state and step counter, a commit of those 6 versions and their \
-                 retirement), where the lock copies 1.7 k \
-                 floats or nothing. With more threads than cores (2 here) every variant is \
+                 optimizer's state, moments and step count, a commit of those 5 versions and \
+                 their retirement), where the lock copies 1.7 k floats or nothing; the two \
+                 are within a few percent (1-thread runs of the two alone, alternated: \
+                 0.99-1.00x), under this machine's noise. With more threads than cores (2 here) every variant is \
                  bound by the cores; mvtensor's readers never wait, but its steps are \
                  serialised by the optimizer's section like the locks' updates. Closing it \
                  needs the section costs of issue 9 (cheaper commits and retirement per \
