@@ -30,8 +30,9 @@ use std::collections::VecDeque;
 use std::ptr;
 use std::sync::Arc;
 
+mod build;
+
 use super::table::{Entry, Layout, Node, Page, PagedTable};
-use crate::kernel::{accumulate, Delta};
 use crate::pool::{orphan, Link};
 use crate::sync::{fence, AtomicUsize, Handoff, Ordering};
 use crate::Element;
@@ -135,125 +136,6 @@ impl<A: Element> Book<A> {
 }
 
 impl<A: Element> Ledger<A> {
-    /// Builds the next version from `old` (the head) and `deltas` (checked, in arrival
-    /// order): copies the nodes and pages they touch, applies them, and returns the new
-    /// table (count 1, for the head) for the caller to publish.
-    ///
-    /// # Safety
-    /// `old` is the head, this book's newest table; the caller holds the combiner flag.
-    pub(crate) unsafe fn build(
-        &mut self,
-        old: *mut PagedTable<A>,
-        deltas: &[Delta<'_, A>],
-    ) -> *mut PagedTable<A> {
-        let (pages, rows_per_page) = (self.layout.pages, self.layout.rows_per_page);
-        // SAFETY: the head is counted, so alive, and never written.
-        let old_ref = unsafe { &*old };
-        let new = self.table(old_ref.number + 1);
-        // SAFETY: a fresh table is ours alone until published.
-        let t = unsafe { &mut *new };
-        t.root.copy_from_slice(&old_ref.root);
-        // The head's list is empty (nothing replaced it yet) and keeps its capacity.
-        let mut replaced = std::mem::take(&mut self.tables.back_mut().expect("kept").last_used);
-        for rows in deltas.iter().filter_map(|d| d.rows) {
-            prefetch_rows(old_ref, &self.layout, rows);
-        }
-        for delta in deltas {
-            match delta.rows {
-                None => (0..pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
-                Some(rows) => rows
-                    .iter()
-                    .for_each(|&row| self.own(t, old_ref, row / rows_per_page, &mut replaced)),
-            }
-        }
-        for delta in deltas {
-            apply(t, &self.layout, delta);
-        }
-        let pages = replaced
-            .iter()
-            .filter(|p| matches!(p, Piece::Page(_)))
-            .count();
-        self.last_write = (pages, replaced.len() - pages);
-        let back = self.tables.back_mut().expect("the head is kept");
-        debug_assert_eq!(back.table, old);
-        back.last_used = replaced;
-        // Relaxed: the book is freed only after the variable's own hold goes, which is after
-        // this (same thread, or published with the variable's drop).
-        // SAFETY: the book outlives its ledger.
-        unsafe { &*self.book }
-            .holders
-            .fetch_add(1, Ordering::Relaxed);
-        self.keep(new);
-        new
-    }
-
-    /// Gives `new` its own copy of page `p` (and of every node on its path), unless it has
-    /// one already.
-    fn own(
-        &mut self,
-        new: &mut PagedTable<A>,
-        old: &PagedTable<A>,
-        p: usize,
-        replaced: &mut Vec<Piece<A>>,
-    ) {
-        if self.layout.page_len == 0 {
-            return; // zero-width rows: nothing to copy (and empty pages share one address)
-        }
-        let (levels, fanout, page_len) =
-            (self.layout.levels, self.layout.fanout, self.layout.page_len);
-        let r = self.layout.root_slot(p);
-        // Walk both paths down: `slot` is the new table's entry, `was` the old table's. An
-        // entry equal to the old one is shared, so copied before anything under it changes.
-        let mut slot: *mut Entry = &mut new.root[r];
-        let mut was = old.root[r];
-        for level in (0..levels).rev() {
-            // SAFETY: `slot` is in the new table's root or in a node it owns (below); `was`
-            // is a live node of the old table, never written.
-            unsafe {
-                if *slot == was {
-                    let node = self.node();
-                    ptr::copy_nonoverlapping(was.cast::<Entry>(), node, fanout);
-                    replaced.push(Piece::Node(was.cast()));
-                    *slot = node.cast();
-                }
-                let i = self.layout.slot(p, level);
-                slot = (*slot).cast::<Entry>().add(i);
-                was = *was.cast::<Entry>().add(i);
-            }
-        }
-        // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the old
-        // table's page, live, `page_len` elements like the new one, which is ours.
-        unsafe {
-            if *slot == was {
-                let page = self.page();
-                ptr::copy_nonoverlapping(was.cast::<A>(), page, page_len);
-                replaced.push(Piece::Page(was.cast()));
-                *slot = page.cast();
-            }
-        }
-    }
-
-    /// The entry of page `p` in `table`'s nodes, adding empty nodes where its path has none
-    /// (the initial table only).
-    ///
-    /// # Safety
-    /// `table` is fresh and ours, its root entries null or nodes it alone owns.
-    unsafe fn grow(&mut self, table: &mut PagedTable<A>, p: usize) -> *mut Entry {
-        let layout = Arc::clone(&self.layout);
-        let mut slot: *mut Entry = &mut table.root[layout.root_slot(p)];
-        for level in (0..layout.levels).rev() {
-            // SAFETY: the caller's contract: `slot` is ours, and so is every node under it.
-            unsafe {
-                if (*slot).is_null() {
-                    *slot = self.node().cast();
-                    ptr::write_bytes(slot.read().cast::<Entry>(), 0, layout.fanout);
-                }
-                slot = (*slot).cast::<Entry>().add(layout.slot(p, level));
-            }
-        }
-        slot
-    }
-
     /// Reuses, oldest first, every table whose count is zero and whose elders are all
     /// reused, with the nodes and pages it was last to use; then trims the spares.
     pub(crate) fn reclaim(&mut self) {
@@ -370,63 +252,6 @@ impl<A: Element> Ledger<A> {
 unsafe fn free_node(node: Node, fanout: usize) {
     // SAFETY: the caller's contract: a leaked `Box<[Entry]>` of `fanout` entries.
     drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(node, fanout)) });
-}
-
-/// Asks the processor for the nodes and pages a row delta will copy, a level at a time:
-/// rows of a large table are scattered, so each is a cache miss, and copying them one by one
-/// would wait for each miss in turn (each node on the path, then the page).
-fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        const LINE: usize = 64;
-        let node_bytes = layout.fanout * std::mem::size_of::<Entry>();
-        let page_bytes = (layout.page_len * std::mem::size_of::<A>()).min(4 * LINE);
-        // Round `hops` loads what the round before asked for, and asks for the next level.
-        for hops in 0..=layout.levels {
-            let bytes = if hops == layout.levels {
-                page_bytes
-            } else {
-                node_bytes
-            };
-            for &row in rows {
-                let entry = old.walk(row / layout.rows_per_page, hops).cast::<i8>();
-                for offset in (0..bytes).step_by(LINE) {
-                    // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it
-                    // never faults and changes nothing (the node or page is live anyway).
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(entry.wrapping_add(offset)) };
-                }
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (old, layout, rows);
-}
-
-/// Applies one checked delta to the pages `new` owns (every page it touches is its own).
-fn apply<A: Element>(new: &PagedTable<A>, layout: &Layout, delta: &Delta<'_, A>) {
-    let page_mut = |p: usize| {
-        // SAFETY: `build` copied every page this delta touches into `new`, which nobody else
-        // can reach yet, so the page is ours to write.
-        unsafe { std::slice::from_raw_parts_mut(new.page_ptr(p), layout.page_len) }
-    };
-    match delta.rows {
-        None => {
-            for p in 0..layout.pages {
-                let n = layout.rows_in(p) * layout.width;
-                let from = p * layout.page_len;
-                accumulate(&mut page_mut(p)[..n], &delta.data[from..from + n], delta.op);
-            }
-        }
-        Some(rows) if layout.width > 0 => {
-            for (&row, values) in rows.iter().zip(delta.data.chunks_exact(layout.width)) {
-                let start = (row % layout.rows_per_page) * layout.width;
-                let page = page_mut(row / layout.rows_per_page);
-                accumulate(&mut page[start..start + layout.width], values, delta.op);
-            }
-        }
-        Some(_) => {}
-    }
 }
 
 /// Drops one count of `table`; the last count of the last table of a dropped variable hands
