@@ -184,6 +184,17 @@ pub enum Error {
         problem: String,
     },
 
+    /// A variable holds a value its owner cannot use: an optimizer's state whose step count
+    /// is not a whole number it wrote (the state was restored from elsewhere, or assigned).
+    /// Nothing was applied.
+    #[error("variable `{variable}` holds an invalid value: {problem}")]
+    InvalidValue {
+        /// The variable.
+        variable: String,
+        /// What is wrong with its value.
+        problem: String,
+    },
+
     /// An execution tried to write a variable its section does not hold.
     #[error("variable `{variable}` is not in the resource set of section `{section}`")]
     NotInResourceSet {

@@ -395,3 +395,31 @@ fn a_replica_with_bad_gradients_fails_the_step_for_everyone() {
     });
     assert_eq!(w.read()[0], -1.0);
 }
+
+/// A state whose step count is garbage (assigned by hand here; a checkpoint from elsewhere
+/// could do the same) fails the step with a typed error naming it, and applies nothing.
+#[test]
+fn a_garbage_step_count_is_an_error_not_a_panic() {
+    let store = Store::new();
+    let w = store.variable("w", Array1::<f32>::ones(3)).unwrap();
+    let adam = Optimizer::adam(0.1).name("adam").param(&w).build().unwrap();
+    adam.register_state(&store).unwrap();
+    adam.step((&Array1::<f32>::ones(3),)).unwrap();
+    let state = store.get::<f32, ndarray::Ix1>("adam.state").unwrap();
+    let (w_before, state_before) = (w.read().to_owned(), state.read().to_owned());
+    for garbage in [[f32::NAN, 0.0], [-1.0, 0.0], [0.0, 1e15], [2.5, 0.0]] {
+        let mut bad = state_before.clone();
+        bad.slice_mut(ndarray::s![6..])
+            .assign(&ndarray::arr1(&garbage));
+        state.assign(bad).unwrap();
+        let err = adam.step((&Array1::<f32>::ones(3),)).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidValue { variable, .. } if variable == "adam.state"),
+            "{err}"
+        );
+        assert_eq!(*w.read(), w_before, "nothing applied");
+        assert_eq!(adam.steps(), 0, "no valid count");
+    }
+    state.assign(state_before).unwrap();
+    assert_eq!(adam.step((&Array1::<f32>::ones(3),)).unwrap(), 2);
+}

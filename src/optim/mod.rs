@@ -260,11 +260,12 @@ impl<A: Element + NdFloat> Optimizer<A> {
         })
     }
 
-    /// The number of steps applied so far.
+    /// The number of steps applied so far (0 if the state holds no valid count: one restored
+    /// from elsewhere, on which [`step`](Self::step) fails).
     pub fn steps(&self) -> i64 {
         let state = self.state.read();
         let state = state.as_slice().expect("versions are in standard layout");
-        decode_step(&state[state.len() - STEP_LEN..])
+        decode_step(&state[state.len() - STEP_LEN..]).unwrap_or(0)
     }
 
     /// Registers the optimizer's state in `store`, so that store snapshots and checkpoints
@@ -313,7 +314,13 @@ impl<A: Element + NdFloat> Optimizer<A> {
             let at = state_before.len() - STEP_LEN; // the state's shape is fixed
             let (mut state_before, step_before) = state_before.split_at(at);
             let (mut state_after, step_after) = state_after.split_at_mut(at);
-            let t = decode_step(step_before) + 1;
+            let t = decode_step(step_before).ok_or_else(|| Error::InvalidValue {
+                variable: self.state.name().to_owned(),
+                problem: format!(
+                    "its last two elements {step_before:?} are not a step count (whole \
+                     numbers in 0..2^24)"
+                ),
+            })? + 1;
             encode_step(t, step_after);
             let bias = self.rule.bias_correction(t);
             for (i, (shape, g)) in grads.iter().enumerate() {
@@ -362,10 +369,14 @@ const STEP_LEN: usize = 2;
 /// `lo + hi * STEP_RADIX`: each a whole number an `f32` holds exactly.
 const STEP_RADIX: i64 = 1 << 24;
 
-/// The step count from the state's last [`STEP_LEN`] elements.
-fn decode_step<A: NdFloat>(parts: &[A]) -> i64 {
-    let whole = |x: A| x.to_i64().unwrap_or(0); // a restored state could hold anything
-    whole(parts[0]) + whole(parts[1]) * STEP_RADIX
+/// The step count from the state's last [`STEP_LEN`] elements; `None` unless both are
+/// whole numbers in `0..STEP_RADIX` (a restored state could hold anything).
+fn decode_step<A: NdFloat>(parts: &[A]) -> Option<i64> {
+    let whole = |x: A| {
+        let n = x.to_i64().filter(|n| (0..STEP_RADIX).contains(n))?;
+        (A::from(n) == Some(x)).then_some(n) // not NaN, not a fraction
+    };
+    Some(whole(parts[0])? + whole(parts[1])? * STEP_RADIX)
 }
 
 /// Writes the step count `t` into the state's last [`STEP_LEN`] elements.
@@ -469,10 +480,27 @@ mod tests {
         ] {
             let mut narrow = [0.0f32; STEP_LEN];
             encode_step(t, &mut narrow);
-            assert_eq!(decode_step(&narrow), t, "{narrow:?}");
+            assert_eq!(decode_step(&narrow), Some(t), "{narrow:?}");
             let mut wide = [0.0f64; STEP_LEN];
             encode_step(t, &mut wide);
-            assert_eq!(decode_step(&wide), t, "{wide:?}");
+            assert_eq!(decode_step(&wide), Some(t), "{wide:?}");
         }
+    }
+
+    /// Anything but two whole numbers in range is no count (no overflow, no NaN).
+    #[test]
+    fn a_garbage_step_count_decodes_to_none() {
+        let bad = [
+            [f32::NAN, 0.0],
+            [0.0, f32::INFINITY],
+            [-1.0, 0.0],
+            [0.5, 0.0],
+            [0.0, 1e15],
+            [16_777_216.0, 0.0],
+        ];
+        for parts in bad {
+            assert_eq!(decode_step(&parts), None, "{parts:?}");
+        }
+        assert_eq!(decode_step(&[f64::MAX, f64::MAX]), None);
     }
 }

@@ -69,9 +69,9 @@ struct State<A: Element> {
 }
 
 // SAFETY: the raw `base` and `installed` are only followed by the flag holder while it
-// holds the variable's ticket (the head's count keeps them alive); `Cell`/`UnsafeCell` are only touched by the
-// thread holding the section's batch flag, whose hand-over (Release/Acquire) orders every
-// access. The rest is `Send`.
+// holds the variable's ticket (the head's count keeps them alive); `Cell`/`UnsafeCell` are
+// only touched by the thread holding the section's batch flag, whose hand-over
+// (Release/Acquire) orders every access. The rest is `Send`.
 unsafe impl<A: Element> Send for Slot<A> {}
 
 impl<A: Element> Slot<A> {

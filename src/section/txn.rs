@@ -24,7 +24,8 @@ use crate::{Element, Variable};
 /// Reads see the resources as they are (nobody else can change them during the execution)
 /// plus this execution's own writes. The first write to a resource copies it into a
 /// private *working copy* (a pooled version: no allocation in steady state), which later
-/// writes change in place; the working copies become the new versions, all at once, when
+/// writes change in place ([`rewrite`](Self::rewrite) lends one unfilled instead, to compute
+/// from the value it replaces in one sweep); the working copies become the new versions, all at once, when
 /// the closure returns `Ok`. If it returns `Err` or panics they are dropped.
 ///
 /// Borrows follow `RefCell`'s rules, per variable and checked at run time: any number of
