@@ -29,7 +29,7 @@ use mvtensor::optim::Optimizer;
 use mvtensor::{read_all, Variable};
 use ndarray::{Array2, ArrayD};
 
-use super::optimizer::adam;
+use super::optimizer::{adam, bias_correction};
 use super::wine::{batch, init, loss_and_grads, Grads};
 
 /// Thread counts of the workload (issue 13: 1, 2 and 4).
@@ -200,15 +200,10 @@ impl State {
             g.2.into_dyn(),
             g.3.into_dyn(),
         ];
+        let bias = bias_correction(self.t);
         let tensors = self.p.iter_mut().zip(&mut self.m).zip(&mut self.v).zip(&g);
         for (((p, m), v), g) in tensors {
-            adam(
-                &mut p.view_mut(),
-                &mut m.view_mut(),
-                &mut v.view_mut(),
-                g,
-                self.t,
-            );
+            adam(p, m, v, g, bias);
         }
     }
 }
