@@ -65,7 +65,8 @@ pub enum Error {
     },
 
     /// A row index (`scatter_add`, `scatter_update`, `gather`) past the variable's first
-    /// axis.
+    /// axis, or a tensor index past a [`Packed`](crate::optim::Packed) set's tensors (its
+    /// "rows" then).
     #[error("index out of range on variable `{variable}`: row {index}, but it has {bound} rows")]
     IndexOutOfRange {
         /// The variable.

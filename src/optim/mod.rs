@@ -40,6 +40,7 @@
 
 mod grads;
 mod hogwild;
+mod packed;
 mod replicas;
 mod soft;
 
@@ -50,11 +51,13 @@ use smallvec::SmallVec;
 
 pub use grads::{Gradient, Gradients};
 pub use hogwild::HogwildSgd;
+pub use packed::{Layout, Packed, PackedBuilder, PackedSnapshot};
 pub use replicas::Replicas;
 pub use soft::{SoftUpdate, SoftUpdateBuilder};
 
 use crate::error::{check_shape, Error, Result};
 use crate::{CriticalSection, Element, Store, Variable};
+use grads::Collected;
 
 /// The update rule of an [`Optimizer`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,13 +125,45 @@ pub struct OptimizerBuilder<A: Element> {
     rule: Rule<A>,
     clip: Option<A>,
     params: Vec<Variable<A>>,
+    parts: Vec<Part>,
     name: Option<String>,
+}
+
+/// Where one gradient of a step goes: a parameter, or one tensor of a [`Packed`] one.
+#[derive(Debug)]
+struct Part {
+    /// The parameter's index.
+    param: usize,
+    /// Its shape; its elements follow the previous part's in the parameter.
+    shape: Vec<usize>,
+    /// How errors name it: `<set>.<tensor>` in a packed set, else the parameter's name.
+    label: Option<String>,
 }
 
 impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// Adds a parameter; the gradients of a step come in the order parameters were added.
     pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
+        self.parts.push(Part {
+            param: self.params.len(),
+            shape: param.shape(),
+            label: None,
+        });
         self.params.push(param.erased().clone());
+        self
+    }
+
+    /// Adds every tensor of a [`Packed`] set: one parameter (one version a step for all of
+    /// them), one gradient per tensor, in the set's order.
+    pub fn packed(mut self, set: &Packed<A>) -> Self {
+        let param = self.params.len();
+        for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
+            self.parts.push(Part {
+                param,
+                shape: shape.to_vec(),
+                label: Some(set.layout().label(i)),
+            });
+        }
+        self.params.push(set.variable().erased().clone());
         self
     }
 
@@ -185,11 +220,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
         let per_param = self.rule.state_per_param();
         let shapes: Vec<Vec<usize>> = self.params.iter().map(Variable::shape).collect();
-        let len = per_param
-            * shapes
-                .iter()
-                .map(|s| s.iter().product::<usize>())
-                .sum::<usize>();
+        let elements = |part: &Part| part.shape.iter().product::<usize>();
+        let len = per_param * self.parts.iter().map(elements).sum::<usize>();
         let state = Variable::builder(ndarray::Array1::<A>::zeros(len + STEP_LEN))
             .name(format!("{name}.state"))
             .build();
@@ -203,6 +235,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             clip: self.clip,
             params: self.params,
             shapes,
+            parts: self.parts,
             state,
             section,
         })
@@ -214,9 +247,12 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
 pub struct Optimizer<A: Element> {
     rule: Rule<A>,
     clip: Option<A>,
-    pub(super) params: Vec<Variable<A>>,
-    /// Each parameter's shape when the optimizer was built: what its state block fits.
+    params: Vec<Variable<A>>,
+    /// Each parameter's shape when the optimizer was built: what its state blocks fit.
     shapes: Vec<Vec<usize>>,
+    /// Where each gradient goes, in order (a parameter's parts are consecutive and cover it
+    /// in order).
+    parts: Vec<Part>,
     /// Every parameter's momentum buffer, or Adam's two moments, and the step count, in one
     /// variable: one version per step for all of them, not one per tensor.
     state: Variable<A, Ix1>,
@@ -229,6 +265,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
             rule,
             clip: None,
             params: Vec::new(),
+            parts: Vec::new(),
             name: None,
         }
     }
@@ -270,10 +307,10 @@ impl<A: Element + NdFloat> Optimizer<A> {
 
     /// Registers the optimizer's state in `store`, so that store snapshots and checkpoints
     /// carry it: `<optimizer>.state`, one 1-d tensor holding every parameter's state in the
-    /// order parameters were added, then the step count. Each parameter has a block of its
-    /// element count times the rule's state tensors (momentum: the buffer; Adam: the first
-    /// moment, then the second; plain SGD: none), each in the parameter's standard
-    /// (row-major) order. The last two elements are the steps so far, `lo + hi * 2^24`
+    /// order parameters were added, then the step count. Each parameter (each tensor of a
+    /// [`Packed`] set) has a block of its element count times the rule's state tensors
+    /// (momentum: the buffer; Adam: the first moment, then the second; plain SGD: none),
+    /// each in the parameter's standard (row-major) order. The last two elements are the steps so far, `lo + hi * 2^24`
     /// (both whole numbers below 2^24, so that an `f32` holds them exactly).
     ///
     /// One variable for all of it, not one per tensor, because every step writes all of
@@ -287,9 +324,9 @@ impl<A: Element + NdFloat> Optimizer<A> {
         store.register(&self.state)
     }
 
-    /// Applies one step with `grads`, one per parameter in the order they were added, to
-    /// every parameter at once (one execution). Returns the step's number (1 for the
-    /// first).
+    /// Applies one step with `grads`, one per parameter in the order they were added (one
+    /// per tensor of a [`Packed`] set), to every parameter at once (one execution). Returns
+    /// the step's number (1 for the first).
     ///
     /// # Errors
     /// [`Error::GradientCount`] if there are not as many gradients as parameters;
@@ -297,12 +334,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// [`Error::Reentrant`] from inside another execution. Nothing is applied then.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
         let grads = grads.collect();
-        if grads.len() != self.params.len() {
-            return Err(Error::GradientCount {
-                expected: self.params.len(),
-                found: grads.len(),
-            });
-        }
+        self.check_gradients(&grads)?;
         let scale = self.clip.map_or(A::one(), |max| clip_scale(&grads, max));
         let per_param = self.rule.state_per_param();
         self.section.execute(|tx| {
@@ -323,30 +355,60 @@ impl<A: Element + NdFloat> Optimizer<A> {
             })? + 1;
             encode_step(t, step_after);
             let bias = self.rule.bias_correction(t);
-            for (i, (shape, g)) in grads.iter().enumerate() {
-                let param = &self.params[i];
+            let mut parts = self.parts.iter().zip(&grads).peekable();
+            for (i, param) in self.params.iter().enumerate() {
                 let mut p = tx.rewrite(param)?;
                 let (before, after) = p.split();
-                // A misfit fails the execution, which rolls back every write before it.
-                check_shape(param.name(), before.shape(), shape)?;
                 // The state fits the shape at build time (a parameter built with a dynamic
-                // shape may have changed since).
+                // shape may have changed since). A misfit fails the execution, which rolls
+                // back every write before it.
                 check_shape(param.name(), &self.shapes[i], before.shape())?;
-                let (before, after) = (standard(before), standard_mut(after));
-                // This parameter's state block: at most two tensors, no allocation per step.
-                let mut parts = Parts::default();
-                for _ in 0..per_param {
-                    let (part, rest) = state_before.split_at(after.len());
-                    parts.before.push(part);
-                    state_before = rest;
-                    let (part, rest) = std::mem::take(&mut state_after).split_at_mut(after.len());
-                    parts.after.push(part);
-                    state_after = rest;
+                let (mut before, mut after) = (standard(before), standard_mut(after));
+                while let Some((_, (_, g))) = parts.next_if(|(part, _)| part.param == i) {
+                    let len = g.len(); // the part's, checked before the execution
+                    let (p_before, rest) = before.split_at(len);
+                    before = rest;
+                    let (p_after, rest) = std::mem::take(&mut after).split_at_mut(len);
+                    after = rest;
+                    // This part's state block: at most two tensors, no allocation per step.
+                    let mut state = State::default();
+                    for _ in 0..per_param {
+                        let (block, rest) = state_before.split_at(len);
+                        state.before.push(block);
+                        state_before = rest;
+                        let (block, rest) = std::mem::take(&mut state_after).split_at_mut(len);
+                        state.after.push(block);
+                        state_after = rest;
+                    }
+                    apply(self.rule, bias, scale, (p_before, p_after), state, g);
                 }
-                apply(self.rule, bias, scale, (before, after), parts, g);
             }
             Ok(t)
         })
+    }
+
+    /// Checks the count and the shapes of a step's gradients.
+    pub(super) fn check_gradients(&self, grads: &Collected<'_, A>) -> Result<()> {
+        if grads.len() != self.parts.len() {
+            return Err(Error::GradientCount {
+                expected: self.parts.len(),
+                found: grads.len(),
+            });
+        }
+        for (part, (shape, _)) in self.parts.iter().zip(grads) {
+            let label = || {
+                part.label
+                    .as_deref()
+                    .unwrap_or(self.params[part.param].name())
+            };
+            check_shape(label(), &part.shape, shape)?;
+        }
+        Ok(())
+    }
+
+    /// The shape of each gradient a step takes, in order.
+    pub(super) fn gradient_shapes(&self) -> impl Iterator<Item = &[usize]> {
+        self.parts.iter().map(|part| part.shape.as_slice())
     }
 }
 
@@ -389,7 +451,7 @@ fn encode_step<A: NdFloat>(t: i64, parts: &mut [A]) {
 /// A parameter's state tensors (none, the momentum buffer, or m and v) before a step, and
 /// where the step writes them.
 #[derive(Default)]
-struct Parts<'a, A> {
+struct State<'a, A> {
     before: SmallVec<[&'a [A]; 2]>,
     after: SmallVec<[&'a mut [A]; 2]>,
 }
@@ -414,7 +476,7 @@ fn apply<A: NdFloat>(
     (c1, c2): (A, A),
     scale: A,
     (p, p_out): (&[A], &mut [A]),
-    state: Parts<'_, A>,
+    state: State<'_, A>,
     g: &[A],
 ) {
     match (rule, &state.before[..], state.after) {

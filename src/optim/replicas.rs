@@ -8,7 +8,7 @@ use std::sync::{Barrier, Mutex};
 use ndarray::{ArrayD, IxDyn, NdFloat};
 
 use super::{Gradients, Optimizer};
-use crate::error::{check_shape, Error, Result};
+use crate::error::Result;
 use crate::read_all::read_all;
 use crate::{Element, Variable};
 
@@ -59,9 +59,8 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// An all-reduce over `workers` (at least one) in front of `optimizer`.
     pub fn new(optimizer: Optimizer<A>, workers: usize) -> Self {
         let sums = optimizer
-            .params
-            .iter()
-            .map(|p| Variable::new(ArrayD::<A>::zeros(IxDyn(&p.shape()))))
+            .gradient_shapes()
+            .map(|shape| Variable::new(ArrayD::<A>::zeros(IxDyn(shape))))
             .collect();
         let workers = workers.max(1);
         Self {
@@ -120,15 +119,7 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// Adds one worker's gradients to the sums, after checking all of them.
     fn add(&self, grads: impl Gradients<A>) -> Result<()> {
         let grads = grads.collect();
-        if grads.len() != self.sums.len() {
-            return Err(Error::GradientCount {
-                expected: self.sums.len(),
-                found: grads.len(),
-            });
-        }
-        for ((shape, _), p) in grads.iter().zip(&self.optimizer.params) {
-            check_shape(p.name(), &p.shape(), shape)?;
-        }
+        self.optimizer.check_gradients(&grads)?;
         for ((shape, g), sum) in grads.iter().zip(&self.sums) {
             let g = ndarray::ArrayViewD::from_shape(IxDyn(shape), g).expect("checked above");
             sum.assign_add(&g)?;

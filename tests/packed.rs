@@ -1,0 +1,251 @@
+//! Packed parameter sets (`optim::Packed`): several tensors in one variable, one version a
+//! step for all of them.
+
+use mvtensor::optim::{Optimizer, Packed, Replicas};
+use mvtensor::{Error, Store, Variable};
+use ndarray::{Array1, Array2, ArrayViewMutD, Ix1, Ix2, IxDyn};
+
+fn model(w: &Array2<f32>, b: &Array1<f32>) -> Packed<f32> {
+    Packed::builder()
+        .name("mlp")
+        .tensor("w", w)
+        .tensor("b", b)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn views_show_each_tensor_with_its_shape() {
+    let w = Array2::from_shape_fn((3, 2), |(i, j)| (i * 2 + j) as f32);
+    let b = Array1::from(vec![10.0f32, 20.0]);
+    let set = model(&w, &b);
+    let layout = set.layout();
+    assert_eq!((layout.len(), layout.elements()), (2, 8));
+    let tensors: Vec<_> = layout
+        .tensors()
+        .map(|(n, s, r)| (n, s.to_vec(), r))
+        .collect();
+    assert_eq!(tensors, [("w", vec![3, 2], 0..6), ("b", vec![2], 6..8)]);
+    assert_eq!(layout.position("b"), Some(1));
+    let params = set.read();
+    assert_eq!(params.get::<Ix2>(0).unwrap(), w);
+    assert_eq!(params.get::<Ix1>(1).unwrap(), b);
+    assert_eq!(params.by_name::<IxDyn>("w").unwrap(), w.into_dyn());
+    assert_eq!(params.snapshot().len(), 8);
+}
+
+#[test]
+fn a_misfit_view_is_a_typed_error() {
+    let set = model(&Array2::zeros((3, 2)), &Array1::zeros(2));
+    let params = set.read();
+    assert_eq!(
+        params.get::<Ix1>(2).unwrap_err(),
+        Error::IndexOutOfRange {
+            variable: "mlp".into(),
+            index: 2,
+            bound: 2
+        }
+    );
+    assert_eq!(
+        params.get::<Ix1>(0).unwrap_err(),
+        Error::RankMismatch {
+            variable: "mlp.w".into(),
+            expected: Some(2),
+            found: Some(1)
+        }
+    );
+    assert_eq!(
+        params.by_name::<Ix1>("c").unwrap_err(),
+        Error::NotFound {
+            name: "mlp.c".into()
+        }
+    );
+    let mut short = vec![0.0f32; 7];
+    assert_eq!(
+        set.layout().split_mut(&mut short).unwrap_err(),
+        Error::ShapeMismatch {
+            variable: "mlp".into(),
+            expected: vec![8],
+            found: vec![7]
+        }
+    );
+    // The variable keeps the set's length: views of its versions always fit.
+    assert!(matches!(
+        set.variable().assign(Array1::zeros(3)),
+        Err(Error::ShapeMismatch { .. })
+    ));
+}
+
+#[test]
+fn two_tensors_of_one_name_are_refused() {
+    let err = Packed::<f32>::builder()
+        .tensor("w", &Array1::zeros(2))
+        .tensor("w", &Array1::zeros(3))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::NameTaken { ref name, .. } if name == "packed.w"));
+}
+
+#[test]
+fn gradients_computed_into_a_split_buffer() {
+    let set = model(&Array2::zeros((3, 2)), &Array1::zeros(2));
+    let mut flat = set.layout().zeros::<f32>();
+    {
+        let mut parts = set
+            .layout()
+            .split_mut(flat.as_slice_mut().unwrap())
+            .unwrap();
+        let (w, b): (&mut ArrayViewMutD<f32>, _) = match &mut parts[..] {
+            [w, b] => (w, b),
+            _ => unreachable!("two tensors"),
+        };
+        w.fill(1.0);
+        b[[1]] = 2.0;
+    }
+    assert_eq!(flat.to_vec(), [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0]);
+    let mut b = set
+        .layout()
+        .view_mut::<f32, Ix1>(1, flat.as_slice_mut().unwrap())
+        .unwrap();
+    b[0] = 3.0;
+    assert_eq!(flat[6], 3.0);
+}
+
+/// Adam over a packed set computes what it computes over the same tensors as separate
+/// variables, bit for bit: packing changes how many versions a step writes, not the step.
+#[test]
+fn a_packed_adam_equals_one_over_separate_variables() {
+    let w0 = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - j as f32) / 5.0);
+    let b0 = Array1::from(vec![0.5f32, -0.25, 1.0]);
+    let set = model(&w0, &b0);
+    let (w, b) = (Variable::new(w0.clone()), Variable::new(b0.clone()));
+    let build = |o: mvtensor::optim::OptimizerBuilder<f32>| {
+        o.betas(0.8, 0.99).clip_global_norm(3.0).build().unwrap()
+    };
+    let packed = build(Optimizer::adamw(1e-2, 0.05).packed(&set));
+    let separate = build(Optimizer::adamw(1e-2, 0.05).param(&w).param(&b));
+    for k in 0..20 {
+        let gw = Array2::from_shape_fn((4, 3), |(i, j)| ((i + j + k) % 5) as f32 - 2.0);
+        let gb = Array1::from_shape_fn(3, |i| (i + k) as f32 * 0.3);
+        assert_eq!(packed.step((&gw, &gb)).unwrap(), k as i64 + 1);
+        separate.step((&gw, &gb)).unwrap();
+    }
+    let params = set.read();
+    assert_eq!(params.get::<Ix2>(0).unwrap(), *w.read());
+    assert_eq!(params.get::<Ix1>(1).unwrap(), *b.read());
+}
+
+#[test]
+fn a_misfit_gradient_names_its_tensor_and_applies_nothing() {
+    let set = model(&Array2::ones((3, 2)), &Array1::ones(2));
+    let sgd = Optimizer::sgd(0.1).packed(&set).build().unwrap();
+    let before = set.read().snapshot().version();
+    let err = sgd
+        .step((&Array2::<f32>::ones((3, 2)), &Array1::<f32>::ones(3)))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::ShapeMismatch {
+            variable: "mlp.b".into(),
+            expected: vec![2],
+            found: vec![3]
+        }
+    );
+    let err = sgd.step((&Array2::<f32>::ones((3, 2)),)).unwrap_err();
+    assert_eq!(
+        err,
+        Error::GradientCount {
+            expected: 2,
+            found: 1
+        }
+    );
+    assert_eq!(set.read().snapshot().version(), before);
+    assert_eq!(sgd.steps(), 0);
+}
+
+/// Steps from several threads while readers look: a reader sees every tensor of one step,
+/// never `w` after a step and `b` before it.
+#[test]
+fn readers_see_every_tensor_of_one_step() {
+    let (threads, steps) = if cfg!(miri) { (2, 5) } else { (3, 400) };
+    let set = model(&Array2::zeros((8, 8)), &Array1::zeros(8));
+    let sgd = Optimizer::sgd(1.0).packed(&set).build().unwrap();
+    let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    sgd.step((&gw, &gb)).unwrap();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        s.spawn(|| {
+            let mut seen = 0.0f32;
+            while done.load(std::sync::atomic::Ordering::SeqCst) < threads {
+                let params = set.read();
+                let (w, b) = (params.get::<Ix2>(0).unwrap(), params.get::<Ix1>(1).unwrap());
+                let k = -b[0]; // steps so far in this version
+                assert!(w.iter().chain(b.iter()).all(|&x| x == -k), "a mix of steps");
+                assert!(k >= seen, "a later read went back in time");
+                seen = k;
+            }
+        });
+    });
+    let total = (threads * steps) as f32;
+    assert!(set
+        .read()
+        .get::<Ix1>(1)
+        .unwrap()
+        .iter()
+        .all(|&x| x == -total));
+}
+
+#[test]
+fn replicas_sum_each_tensor_of_a_packed_set() {
+    let workers = 3;
+    let set = model(&Array2::zeros((2, 2)), &Array1::zeros(2));
+    let replicas = Replicas::new(Optimizer::sgd(1.0).packed(&set).build().unwrap(), workers);
+    std::thread::scope(|s| {
+        for k in 0..workers {
+            let replicas = &replicas;
+            s.spawn(move || {
+                let gw = Array2::from_elem((2, 2), k as f32);
+                let gb = Array1::from_elem(2, 1.0f32);
+                replicas.step((&gw, &gb)).unwrap();
+            });
+        }
+    });
+    let params = set.read();
+    // The mean of 0, 1 and 2 is 1; of three ones, 1.
+    assert!(params.get::<Ix2>(0).unwrap().iter().all(|&x| x == -1.0));
+    assert!(params.get::<Ix1>(1).unwrap().iter().all(|&x| x == -1.0));
+}
+
+#[test]
+fn a_packed_set_checkpoints_as_one_tensor_with_its_optimizer_state() {
+    let set = model(&Array2::ones((2, 2)), &Array1::ones(2));
+    let adam = Optimizer::adam(0.1)
+        .packed(&set)
+        .name("opt")
+        .build()
+        .unwrap();
+    let store = Store::new();
+    store.register(set.variable()).unwrap();
+    adam.register_state(&store).unwrap();
+    adam.step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2)))
+        .unwrap();
+    let snapshot = store.snapshot();
+    let names: Vec<_> = snapshot.iter().map(|e| e.name().to_owned()).collect();
+    assert_eq!(names, ["mlp", "opt.state"]);
+    let params = snapshot.get::<f32, Ix1>("mlp").unwrap();
+    assert_eq!(
+        params.as_slice().unwrap(),
+        set.read().snapshot().as_slice().unwrap()
+    );
+    // Both moments of both tensors, then the step count (1: lo 1, hi 0).
+    let state = snapshot.get::<f32, Ix1>("opt.state").unwrap();
+    assert_eq!(state.len(), 2 * 6 + 2);
+    assert_eq!(&state.as_slice().unwrap()[12..], [1.0, 0.0]);
+}
