@@ -4,8 +4,10 @@
 //!
 //! * a producer thread shuffles the data each epoch and feeds batches through a
 //!   `TensorQueue`, then closes it;
-//! * each trainer dequeues a batch, reads the parameters at one point of the commit order
-//!   (`read_all`), computes the gradient and applies Adam to every parameter in one execution
+//! * the four parameter tensors are packed in one variable (`optim::Packed`): one version a
+//!   step for all of them;
+//! * each trainer dequeues a batch, reads the parameters (one snapshot: every tensor of the
+//!   same step), computes the gradient and applies Adam to every parameter in one execution
 //!   (`optim::Optimizer`);
 //! * the loss is a shared `metrics::Mean`, read every 200 ms for the printed curve;
 //! * a background `Checkpoints` saves the parameters and Adam's state every 200 ms, while
@@ -18,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use mvtensor::checkpoint::Checkpoints;
 use mvtensor::metrics::Mean;
-use mvtensor::optim::Optimizer;
+use mvtensor::optim::{Optimizer, Packed};
 use mvtensor::queue::TensorQueue;
-use mvtensor::{read_all, Store};
-use ndarray::{Axis, Ix2};
+use mvtensor::Store;
+use ndarray::{Axis, Ix1, Ix2};
 use wine::{init, loss_and_grads, wines, BATCH};
 
 #[path = "../benches/harness/wine.rs"]
@@ -35,16 +37,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = data.nrows();
     let store = Arc::new(Store::new());
     let (w1, b1, w2, b2) = init();
-    let (w1, b1) = (store.variable("w1", w1)?, store.variable("b1", b1)?);
-    let (w2, b2) = (store.variable("w2", w2)?, store.variable("b2", b2)?);
-    let adam = Optimizer::adam(3e-3)
-        .name("adam")
-        .param(&w1)
-        .param(&b1)
-        .param(&w2)
-        .param(&b2)
+    let model = Packed::builder()
+        .name("mlp")
+        .tensor("w1", &w1)
+        .tensor("b1", &b1)
+        .tensor("w2", &w2)
+        .tensor("b2", &b2)
         .build()?;
+    store.register(model.variable())?;
+    let adam = Optimizer::adam(3e-3).name("adam").packed(&model).build()?;
     adam.register_state(&store)?;
+    // The model as the forward and backward pass take it: typed views of one snapshot.
+    let step_loss = |batch: &ndarray::Array2<f32>| -> mvtensor::Result<_> {
+        let p = model.read();
+        let (w1, b1) = (p.get::<Ix2>(0)?, p.get::<Ix1>(1)?);
+        let (w2, b2) = (p.get::<Ix2>(2)?, p.get::<Ix1>(3)?);
+        Ok(loss_and_grads((&w1, &b1, &w2, &b2), batch))
+    };
     let dir = std::env::temp_dir().join(format!("mvtensor-train-{}", std::process::id()));
     let checkpoints = Checkpoints::new(&dir, 2)?;
     let background = checkpoints
@@ -78,8 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.spawn(|| {
                 while let Ok(batch) = batches.dequeue() {
                     let batch = batch.into_dimensionality::<Ix2>().expect("[BATCH, 12]");
-                    let p = read_all((&w1, &b1, &w2, &b2));
-                    let (l, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &batch);
+                    let (l, g) = step_loss(&batch).expect("the layout fits");
                     adam.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
                     loss.record(f64::from(l));
                 }
@@ -106,8 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let saved = background.stop()?;
     let last = checkpoints.save(&store)?;
     let restored = Store::load(&last)?;
-    let p = read_all((&w1, &b1, &w2, &b2));
-    let (final_loss, _) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &data);
+    let (final_loss, _) = step_loss(&data)?;
     println!(
         "{} steps in {seconds:.2} s ({:.0} steps/s) on {TRAINERS} threads; loss over all wines {final_loss:.4}",
         adam.steps(),

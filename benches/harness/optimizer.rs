@@ -1,10 +1,12 @@
 //! Workload 7: Adam over a small model's parameters (four tensors, 1,024 f32 in all), one
 //! optimizer step per operation, applied by every thread to the same shared state. mvtensor
-//! runs it in one `CriticalSection` execution, twice over: written by hand over the
-//! parameters, both moments of each and the step counter as 13 variables, and as the crate's
+//! runs it in one `CriticalSection` execution, three times over: written by hand over the
+//! parameters, both moments of each and the step counter as 13 variables; as the crate's
 //! own `optim::Optimizer` (its moments and step count in one variable: 5 in all), which
-//! computes each working copy from the value it replaces (`Txn::rewrite`); the hand-written
-//! one writes its copies in place. The locks update in place under one guard.
+//! computes each working copy from the value it replaces (`Txn::rewrite`); and as that
+//! optimizer over the four tensors packed in one variable (`optim::Packed`: 2 in all). The
+//! hand-written one writes its copies in place. The locks update in place under one guard,
+//! on slices.
 //!
 //! Every step uses its own step number, and all threads apply the same gradients, so the
 //! final parameters are a function of the number of steps alone: the driver replays that
@@ -214,6 +216,42 @@ impl Optimizer for MvOptim {
     }
 }
 
+/// mvtensor's own Adam over a packed set (`optim::Packed`): the four tensors in one
+/// variable, one gradient per tensor; two versions a step (the set and the state).
+pub struct MvPacked {
+    set: mvtensor::optim::Packed<f32>,
+    adam: mvtensor::optim::Optimizer<f32>,
+}
+
+impl Optimizer for MvPacked {
+    const NAME: &'static str = "mvtensor optim::Optimizer, packed";
+    fn new() -> Self {
+        let set = (0..SHAPES.len())
+            .fold(mvtensor::optim::Packed::builder(), |set, i| {
+                set.tensor(format!("p{i}"), &initial(i))
+            })
+            .build()
+            .expect("distinct names");
+        let adam = mvtensor::optim::Optimizer::adam(LR)
+            .betas(B1, B2)
+            .eps(EPS)
+            .packed(&set)
+            .build()
+            .expect("a fresh variable is unclaimed");
+        MvPacked { set, adam }
+    }
+    fn step(&self, grads: &[ArrayD<f32>]) {
+        self.adam.step(grads).expect("the step cannot fail");
+    }
+    fn state(&self) -> (i64, Vec<ArrayD<f32>>) {
+        let p = self.set.read();
+        let p = (0..SHAPES.len())
+            .map(|i| p.get::<IxDyn>(i).expect("tensor i").to_owned())
+            .collect();
+        (self.adam.steps(), p)
+    }
+}
+
 impl Optimizer for Mutex<Plain> {
     const NAME: &'static str = "std Mutex";
     fn new() -> Self {
@@ -281,14 +319,17 @@ pub enum OptimizerVariant {
     Mvtensor,
     /// The crate's `optim::Optimizer` ([`MvOptim`]).
     MvOptim,
+    /// The crate's `optim::Optimizer` over an `optim::Packed` set ([`MvPacked`]).
+    MvPacked,
     StdMutex,
     PlMutex,
 }
 
 impl OptimizerVariant {
-    pub const ALL: [OptimizerVariant; 4] = [
+    pub const ALL: [OptimizerVariant; 5] = [
         OptimizerVariant::Mvtensor,
         OptimizerVariant::MvOptim,
+        OptimizerVariant::MvPacked,
         OptimizerVariant::StdMutex,
         OptimizerVariant::PlMutex,
     ];
@@ -303,6 +344,7 @@ impl OptimizerVariant {
         match self {
             OptimizerVariant::Mvtensor => optimize::<MvAdam>(threads, budget),
             OptimizerVariant::MvOptim => optimize::<MvOptim>(threads, budget),
+            OptimizerVariant::MvPacked => optimize::<MvPacked>(threads, budget),
             OptimizerVariant::StdMutex => optimize::<Mutex<Plain>>(threads, budget),
             OptimizerVariant::PlMutex => optimize::<parking_lot::Mutex<Plain>>(threads, budget),
         }
@@ -312,6 +354,7 @@ impl OptimizerVariant {
         match self {
             OptimizerVariant::Mvtensor => MvAdam::NAME,
             OptimizerVariant::MvOptim => MvOptim::NAME,
+            OptimizerVariant::MvPacked => MvPacked::NAME,
             OptimizerVariant::StdMutex => <Mutex<Plain>>::NAME,
             OptimizerVariant::PlMutex => <parking_lot::Mutex<Plain>>::NAME,
         }

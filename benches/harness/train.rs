@@ -2,7 +2,8 @@
 //! same trainer on locks. Threads take minibatch steps until a fixed number is done; a step
 //! reads the parameters, computes the loss and gradients of 32 wines, and applies Adam.
 //!
-//! * mvtensor: `read_all` of the parameters, Adam in one execution (`optim::Optimizer`);
+//! * mvtensor: the parameters packed in one variable (`optim::Packed`), read as one
+//!   snapshot, Adam in one execution (`optim::Optimizer`);
 //! * `Mutex`, whole step: one `std::sync::Mutex` held for the whole step, what TensorFlow's
 //!   thread-safety notes recommend for shared state;
 //! * parking_lot `Mutex`, copy and apply: locked to clone the parameters, then to apply Adam;
@@ -25,9 +26,8 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use mvtensor::optim::Optimizer;
-use mvtensor::{read_all, Variable};
-use ndarray::{Array2, ArrayD};
+use mvtensor::optim::{Optimizer, Packed};
+use ndarray::{Array2, ArrayD, Ix1, Ix2, IxDyn};
 
 use super::optimizer::{adam, bias_correction};
 use super::wine::{batch, init, loss_and_grads, Grads};
@@ -228,37 +228,39 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
     let state = match variant {
         TrainVariant::Mvtensor => {
             let (w1, b1, w2, b2) = init();
-            let (w1, b1, w2, b2) = (
-                Variable::new(w1),
-                Variable::new(b1),
-                Variable::new(w2),
-                Variable::new(b2),
-            );
-            let opt = Optimizer::adam(1e-3)
-                .param(&w1)
-                .param(&b1)
-                .param(&w2)
-                .param(&b2)
+            let model = Packed::builder()
+                .tensor("w1", &w1)
+                .tensor("b1", &b1)
+                .tensor("w2", &w2)
+                .tensor("b2", &b2)
                 .build()
-                .expect("fresh variables");
+                .expect("distinct names");
+            let opt = Optimizer::adam(1e-3)
+                .packed(&model)
+                .build()
+                .expect("a fresh variable");
+            let params = || {
+                let p = model.read();
+                std::array::from_fn(|i| p.get::<IxDyn>(i).expect("tensor i").to_owned())
+            };
             across(threads, || {
                 while let Some(i) = take() {
-                    let p = read_all((&w1, &b1, &w2, &b2));
-                    let (_, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &batch(data, i));
+                    let p = model.read();
+                    let (w1, b1) = (p.get::<Ix2>(0), p.get::<Ix1>(1));
+                    let (w2, b2) = (p.get::<Ix2>(2), p.get::<Ix1>(3));
+                    let (w1, b1, w2, b2) = (
+                        w1.expect("2-d"),
+                        b1.expect("1-d"),
+                        w2.expect("2-d"),
+                        b2.expect("1-d"),
+                    );
+                    let (_, g) = loss_and_grads((&w1, &b1, &w2, &b2), &batch(data, i));
+                    drop(p);
                     opt.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
-                    sample(i, &|| {
-                        let p = read_all((&w1, &b1, &w2, &b2));
-                        [p.0.data(), p.1.data(), p.2.data(), p.3.data()].map(Clone::clone)
-                    });
+                    sample(i, &params);
                 }
             });
-            let p = read_all((&w1, &b1, &w2, &b2));
-            [
-                p.0.data().clone(),
-                p.1.data().clone(),
-                p.2.data().clone(),
-                p.3.data().clone(),
-            ]
+            params()
         }
         TrainVariant::MutexWholeStep => {
             let m = std::sync::Mutex::new(State::new());

@@ -54,8 +54,9 @@ impl Report<'_> {
             "`examples/train.rs`'s model: an MLP (11-32-1) regressing the quality of the 1,599 red \
              wines of the UCI wine-quality data, minibatches of 32, Adam. Every variant takes the \
              same {} steps from the same start; a step reads the parameters, computes the loss and \
-             gradients and applies Adam. mvtensor: `read_all` and `optim::Optimizer` (one \
-             execution per step). The locks: a std `Mutex` held for the whole step (what \
+             gradients and applies Adam. mvtensor: the four tensors packed in one variable \
+             (`optim::Packed`, one snapshot a step) and `optim::Optimizer` (one execution per \
+             step). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
              TensorFlow's notes recommend), a parking_lot `Mutex` locked to copy and to apply, a \
              parking_lot `RwLock` read-locked for the forward and backward pass and write-locked \
              for Adam; *racy*: no lock at all (parameters and moments in relaxed atomic cells, \
@@ -163,17 +164,17 @@ impl Report<'_> {
             why: format!(
                 "{:.2}x at worst ({} threads). With one thread, where no lock is ever contended, \
                  a step took {:.1} µs against {:.1} µs ({}): the model is small (1.7 k \
-                 parameters), so a step is mostly the forward and backward pass, and what \
-                 mvtensor adds per step is fixed: `read_all` (a clock tick and four counts), \
-                 one execution (its ticket, working copies of the 4 parameters and of the \
-                 optimizer's state, moments and step count, a commit of those 5 versions and \
-                 their retirement), where the lock copies 1.7 k floats or nothing; the two \
-                 are within a few percent (1-thread runs of the two alone, alternated: \
-                 0.99-1.00x), under this machine's noise. With more threads than cores (2 here) every variant is \
+                 parameters), so a step is mostly the forward and backward pass (70% of it \
+                 in `tanh`, by perf), and what mvtensor adds per step is fixed: a snapshot \
+                 of the packed parameters, one execution (its ticket, working copies of the \
+                 parameters and of the optimizer's state, moments and step count, a commit \
+                 of those 2 versions and their retirement), where the lock copies 1.7 k \
+                 floats or nothing; the two are within a few percent (1-thread runs of the \
+                 two alone, alternated: 0.98-0.99x), under this machine's noise. With more threads than cores (2 here) every variant is \
                  bound by the cores; mvtensor's readers never wait, but its steps are \
                  serialised by the optimizer's section like the locks' updates. Closing it \
-                 needs the section costs of issue 9 (cheaper commits and retirement per \
-                 version).",
+                 needs the section costs of issue 9 (a cheaper execution, commit and \
+                 retirement per version).",
                 worst.1,
                 worst.0,
                 1e6 / one,
