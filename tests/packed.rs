@@ -1,7 +1,7 @@
 //! Packed parameter sets (`optim::Packed`): several tensors in one variable, one version a
 //! step for all of them.
 
-use mvtensor::optim::{Optimizer, Packed, Replicas};
+use mvtensor::optim::{HogwildSgd, Optimizer, Packed, Replicas};
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, ArrayViewMutD, Ix1, Ix2, IxDyn};
 
@@ -248,4 +248,53 @@ fn a_packed_set_checkpoints_as_one_tensor_with_its_optimizer_state() {
     let state = snapshot.get::<f32, Ix1>("opt.state").unwrap();
     assert_eq!(state.len(), 2 * 6 + 2);
     assert_eq!(&state.as_slice().unwrap()[12..], [1.0, 0.0]);
+}
+
+/// Hogwild over a packed set: one combined write per step for every tensor; concurrent
+/// steps lose nothing, and a misfit gradient applies nothing.
+#[test]
+fn hogwild_over_a_packed_set_loses_no_update() {
+    let (threads, steps) = if cfg!(miri) { (2, 5) } else { (4, 500) };
+    let set = model(&Array2::zeros((4, 4)), &Array1::zeros(4));
+    let sgd = HogwildSgd::new(1.0).packed(&set);
+    let (gw, gb) = (
+        Array2::<f32>::ones((4, 4)),
+        Array1::<f32>::from_elem(4, 2.0),
+    );
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    sgd.step((&gw, &gb)).unwrap();
+                }
+            });
+        }
+    });
+    let n = (threads * steps) as f32;
+    let params = set.read();
+    assert!(params.get::<Ix2>(0).unwrap().iter().all(|&x| x == -n));
+    assert!(params.get::<Ix1>(1).unwrap().iter().all(|&x| x == -2.0 * n));
+    let version = params.snapshot().version();
+    drop(params);
+    let err = sgd.step((&gw, &Array1::<f32>::ones(5))).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "mlp.b"));
+    assert_eq!(set.read().snapshot().version(), version, "nothing applied");
+}
+
+#[test]
+fn hogwild_checks_every_gradient_before_applying_any() {
+    let (w, b) = (
+        Variable::new(Array1::<f32>::zeros(2)),
+        Variable::new(Array1::<f32>::zeros(3)),
+    );
+    let sgd = HogwildSgd::new(1.0).param(&w).param(&b);
+    let err = sgd
+        .step((&Array1::<f32>::ones(2), &Array1::<f32>::ones(2)))
+        .unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }));
+    assert_eq!(
+        (w.version(), b.version()),
+        (0, 0),
+        "w was not written either"
+    );
 }

@@ -2,54 +2,111 @@
 
 use ndarray::{ArrayViewD, Dimension, IxDyn, NdFloat};
 
-use super::Gradients;
-use crate::error::{Error, Result};
+use super::{Gradients, Packed};
+use crate::error::{check_shape, Error, Result};
 use crate::{Element, Variable};
 
 /// Hogwild SGD: each parameter updated with a combined `scaled_add`, no section; see the
 /// [module docs](crate::optim) for the trade-off.
+///
+/// A [`Packed`] set is one parameter: a step adds all of its tensors' gradients in one
+/// combined write (one version, and concurrent steps' deltas merge into one pass).
+///
+/// ```
+/// use mvtensor::optim::{HogwildSgd, Packed};
+/// use ndarray::{Array1, Array2, Ix1};
+///
+/// let model = Packed::builder()
+///     .tensor("w", &Array2::<f32>::zeros((2, 2)))
+///     .tensor("b", &Array1::<f32>::zeros(2))
+///     .build()?;
+/// let sgd = HogwildSgd::new(0.5).packed(&model);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| sgd.step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2))));
+///     }
+/// });
+/// assert_eq!(model.read().get::<Ix1>(1)?[0], -2.0); // four steps of -0.5, none lost
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct HogwildSgd<A: Element> {
     lr: A,
     params: Vec<Variable<A>>,
+    /// Each gradient's parameter and shape, and how errors name it (`None`: the
+    /// parameter's name); a packed set's tensors are consecutive.
+    parts: Vec<(usize, Vec<usize>, Option<String>)>,
 }
 
 impl<A: Element + NdFloat> HogwildSgd<A> {
-    /// With no parameters yet: add them with [`param`](Self::param).
+    /// With no parameters yet: add them with [`param`](Self::param) or
+    /// [`packed`](Self::packed).
     pub fn new(lr: A) -> Self {
         Self {
             lr,
             params: Vec::new(),
+            parts: Vec::new(),
         }
     }
 
     /// Adds a parameter; gradients come in the order parameters were added.
     #[must_use]
     pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
+        self.parts.push((self.params.len(), param.shape(), None));
         self.params.push(param.erased().clone());
+        self
+    }
+
+    /// Adds every tensor of a packed set: one gradient per tensor, one write per step.
+    #[must_use]
+    pub fn packed(mut self, set: &Packed<A>) -> Self {
+        for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
+            let label = set.layout().label(i);
+            self.parts
+                .push((self.params.len(), shape.to_vec(), Some(label)));
+        }
+        self.params.push(set.variable().erased().clone());
         self
     }
 
     /// `p -= lr * g` for every parameter, one combined write each.
     ///
     /// # Errors
-    /// [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (the ones
-    /// before it are updated: Hogwild steps are not atomic).
+    /// [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
+    /// tensor of a packed set) whose gradient does not fit. Every gradient is checked
+    /// before any is applied, so nothing is applied then; a parameter whose own shape
+    /// changed since it was added fails its write alone (the ones before it are updated:
+    /// Hogwild steps are not atomic).
     pub fn step(&self, grads: impl Gradients<A>) -> Result<()> {
         let grads = grads.collect();
-        if grads.len() != self.params.len() {
+        if grads.len() != self.parts.len() {
             return Err(Error::GradientCount {
-                expected: self.params.len(),
+                expected: self.parts.len(),
                 found: grads.len(),
             });
         }
-        for (p, (shape, g)) in self.params.iter().zip(&grads) {
-            let g = ArrayViewD::from_shape(IxDyn(shape), g).map_err(|_| Error::ShapeMismatch {
-                variable: p.name().to_owned(),
-                expected: p.shape(),
-                found: shape.to_vec(),
-            })?;
-            p.scaled_add(-self.lr, &g)?;
+        for ((param, shape, label), (found, _)) in self.parts.iter().zip(&grads) {
+            let name = || label.as_deref().unwrap_or(self.params[*param].name());
+            check_shape(name(), shape, found)?;
+        }
+        let mut grads = self.parts.iter().zip(&grads).peekable();
+        let mut flat = Vec::new();
+        for (i, param) in self.params.iter().enumerate() {
+            let mut mine = std::iter::from_fn(|| grads.next_if(|((param, ..), _)| *param == i));
+            let Some(((_, shape, label), (_, g))) = mine.next() else {
+                continue; // a packed set of no tensors
+            };
+            if label.is_none() {
+                let g = ArrayViewD::from_shape(IxDyn(shape), g).expect("checked above");
+                param.scaled_add(-self.lr, &g)?;
+                continue;
+            }
+            // A packed set: its tensors' gradients end to end, one write.
+            flat.clear();
+            flat.extend_from_slice(g);
+            mine.for_each(|(_, (_, g))| flat.extend_from_slice(g));
+            let g = ArrayViewD::from_shape(IxDyn(&[flat.len()]), &flat).expect("1-d");
+            param.scaled_add(-self.lr, &g)?;
         }
         Ok(())
     }
