@@ -65,8 +65,7 @@ pub enum Error {
     },
 
     /// A row index (`scatter_add`, `scatter_update`, `gather`) past the variable's first
-    /// axis, or a tensor index past a [`Packed`](crate::optim::Packed) set's tensors (its
-    /// "rows" then).
+    /// axis.
     #[error("index out of range on variable `{variable}`: row {index}, but it has {bound} rows")]
     IndexOutOfRange {
         /// The variable.
@@ -77,10 +76,24 @@ pub enum Error {
         bound: usize,
     },
 
+    /// A tensor index past the tensors of a [`Packed`](crate::optim::Packed) set.
+    #[error("no tensor {index} in packed set `{set}`: it has {tensors}")]
+    NoSuchTensor {
+        /// The set's name (its variable's).
+        set: String,
+        /// The index asked for.
+        index: usize,
+        /// The number of tensors in the set.
+        tensors: usize,
+    },
+
     /// An optimizer step got another number of gradients than it has parameters.
-    #[error("gradient count mismatch: the optimizer has {expected} parameters, the step gave {found} gradients")]
+    #[error(
+        "gradient count mismatch: the optimizer takes {expected} gradients (one per parameter, \
+         one per tensor of a packed set), the step gave {found}"
+    )]
     GradientCount {
-        /// The number of parameters.
+        /// The number of gradients a step takes.
         expected: usize,
         /// The number of gradients given.
         found: usize,

@@ -40,10 +40,10 @@ fn a_misfit_view_is_a_typed_error() {
     let params = set.read();
     assert_eq!(
         params.get::<Ix1>(2).unwrap_err(),
-        Error::IndexOutOfRange {
-            variable: "mlp".into(),
+        Error::NoSuchTensor {
+            set: "mlp".into(),
             index: 2,
-            bound: 2
+            tensors: 2
         }
     );
     assert_eq!(
@@ -105,7 +105,7 @@ fn gradients_computed_into_a_split_buffer() {
     assert_eq!(flat.to_vec(), [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0]);
     let mut b = set
         .layout()
-        .view_mut::<f32, Ix1>(1, flat.as_slice_mut().unwrap())
+        .view_mut::<Ix1, _>(1, flat.as_slice_mut().unwrap())
         .unwrap();
     b[0] = 3.0;
     assert_eq!(flat[6], 3.0);
@@ -297,4 +297,53 @@ fn hogwild_checks_every_gradient_before_applying_any() {
         (0, 0),
         "w was not written either"
     );
+}
+
+/// Gradients computed in place into a split buffer go to a step as they are: a `Vec` of
+/// views is `Gradients`.
+#[test]
+fn a_step_takes_the_views_of_a_split_gradient_buffer() {
+    let set = model(&Array2::ones((3, 2)), &Array1::ones(2));
+    let sgd = Optimizer::sgd(0.5).packed(&set).build().unwrap();
+    let layout = set.layout();
+    assert_eq!(layout.name(), "mlp");
+    assert_eq!(layout.tensor(1), Some(("b", &[2usize][..], 6..8)));
+    assert_eq!(layout.tensor(2), None);
+    let mut flat = layout.zeros::<f32>();
+    let mut views = layout.split_mut(flat.as_slice_mut().unwrap()).unwrap();
+    views[0].fill(2.0);
+    views[1].fill(-2.0);
+    sgd.step(&views).unwrap();
+    let params = set.read();
+    assert!(params.get::<Ix2>(0).unwrap().iter().all(|&x| x == 0.0));
+    assert!(params.get::<Ix1>(1).unwrap().iter().all(|&x| x == 2.0));
+}
+
+/// A parameter of a dynamic shape that changes between `param` and `build` gets gradients
+/// and state of the shape it has at `build`; a step checks it still has it.
+#[test]
+fn a_parameter_reshaped_before_build_takes_its_new_shape() {
+    let v = Variable::builder(ndarray::ArrayD::<f32>::zeros(IxDyn(&[4])))
+        .dynamic_shape()
+        .build();
+    let builder = Optimizer::sgd(1.0).param(&v);
+    v.assign(ndarray::ArrayD::from_elem(IxDyn(&[2]), 7.0))
+        .unwrap();
+    let sgd = builder.build().unwrap();
+    let err = sgd
+        .step((&ndarray::ArrayD::<f32>::ones(IxDyn(&[4])),))
+        .unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { ref expected, .. } if expected == &[2]));
+    sgd.step((&ndarray::ArrayD::<f32>::ones(IxDyn(&[2])),))
+        .unwrap();
+    assert_eq!(v.read().as_slice().unwrap(), [6.0, 6.0]);
+    drop(sgd); // its section lets `v` go
+    let builder = Optimizer::sgd(1.0).param(&v);
+    v.assign(ndarray::ArrayD::from_elem(IxDyn(&[3]), 6.0))
+        .unwrap();
+    let replicas = Replicas::new(builder.build().unwrap(), 1);
+    replicas
+        .step((&ndarray::ArrayD::<f32>::ones(IxDyn(&[3])),))
+        .unwrap();
+    assert_eq!(v.read().as_slice().unwrap(), [5.0, 5.0, 5.0]);
 }

@@ -193,10 +193,10 @@ fn check_view<D: Dimension>(set: &Packed<f32>, model: &Model, i: usize) {
     if i >= model.shapes.len() {
         assert_eq!(
             got.unwrap_err(),
-            Error::IndexOutOfRange {
-                variable: "set".into(),
+            Error::NoSuchTensor {
+                set: "set".into(),
                 index: i,
-                bound: model.shapes.len()
+                tensors: model.shapes.len()
             }
         );
     } else if D::NDIM.is_some_and(|rank| rank != model.shapes[i].len()) {

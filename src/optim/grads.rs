@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use ndarray::{Array, ArrayBase, ArrayRef, Data, Dimension};
+use ndarray::{ArrayBase, ArrayRef, Data, Dimension};
 use smallvec::SmallVec;
 
 use crate::kernel::standard_elements;
@@ -17,7 +17,7 @@ pub trait Gradient<A: Clone>: private::Sealed {
 }
 
 /// The gradients of one step, one per parameter in the optimizer's order: a tuple of up to
-/// 8 [`Gradient`]s, or a slice or `Vec` of arrays of one type.
+/// 8 [`Gradient`]s, or a slice or `Vec` of arrays or views of one type.
 pub trait Gradients<A: Clone>: private::Sealed {
     #[doc(hidden)]
     fn collect(&self) -> Collected<'_, A>;
@@ -46,8 +46,8 @@ impl<A: Element, E: Dimension> Gradient<A> for &ArrayRef<A, E> {
     }
 }
 
-impl<A: Element, D: Dimension> private::Sealed for &[Array<A, D>] {}
-impl<A: Element, D: Dimension> Gradients<A> for &[Array<A, D>] {
+impl<A: Element, S: Data<Elem = A>, D: Dimension> private::Sealed for &[ArrayBase<S, D>] {}
+impl<A: Element, S: Data<Elem = A>, D: Dimension> Gradients<A> for &[ArrayBase<S, D>] {
     fn collect(&self) -> Collected<'_, A> {
         self.iter()
             .map(|g| (g.shape(), standard_elements(g)))
@@ -55,8 +55,8 @@ impl<A: Element, D: Dimension> Gradients<A> for &[Array<A, D>] {
     }
 }
 
-impl<A: Element, D: Dimension> private::Sealed for &Vec<Array<A, D>> {}
-impl<A: Element, D: Dimension> Gradients<A> for &Vec<Array<A, D>> {
+impl<A: Element, S: Data<Elem = A>, D: Dimension> private::Sealed for &Vec<ArrayBase<S, D>> {}
+impl<A: Element, S: Data<Elem = A>, D: Dimension> Gradients<A> for &Vec<ArrayBase<S, D>> {
     fn collect(&self) -> Collected<'_, A> {
         self.iter()
             .map(|g| (g.shape(), standard_elements(g)))

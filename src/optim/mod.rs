@@ -220,8 +220,14 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
         let per_param = self.rule.state_per_param();
         let shapes: Vec<Vec<usize>> = self.params.iter().map(Variable::shape).collect();
+        let mut parts = self.parts;
+        for part in parts.iter_mut().filter(|part| part.label.is_none()) {
+            // A parameter of a dynamic shape may have changed since it was added: its
+            // gradients and state fit the shape it has now, which each step checks.
+            part.shape.clone_from(&shapes[part.param]);
+        }
         let elements = |part: &Part| part.shape.iter().product::<usize>();
-        let len = per_param * self.parts.iter().map(elements).sum::<usize>();
+        let len = per_param * parts.iter().map(elements).sum::<usize>();
         let state = Variable::builder(ndarray::Array1::<A>::zeros(len + STEP_LEN))
             .name(format!("{name}.state"))
             .build();
@@ -235,7 +241,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             clip: self.clip,
             params: self.params,
             shapes,
-            parts: self.parts,
+            parts,
             state,
             section,
         })
@@ -314,8 +320,9 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// (both whole numbers below 2^24, so that an `f32` holds them exactly).
     ///
     /// One variable for all of it, not one per tensor, because every step writes all of
-    /// it: each variable an execution writes costs a version (an install and a retirement,
-    /// ~650 instructions), and Adam over four tensors wrote thirteen. The step count had a
+    /// it: each variable an execution writes costs a version (a pooled buffer, an install,
+    /// a commit and a retirement: ~1,000 instructions), and Adam over four tensors wrote
+    /// thirteen. The step count had a
     /// variable of its own until it was measured: ~150 ns of a ~1.9 µs step.
     ///
     /// # Errors

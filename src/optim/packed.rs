@@ -5,7 +5,8 @@
 //! committed and retired (~1,000 instructions, measured with callgrind), whatever its size.
 //! A small model's parameters are several small tensors that every step writes together,
 //! so an optimizer over them pays that per tensor (Adam over four tensors of 1,024 floats in
-//! all: 1,550 ns a step as four variables, 1,210 ns packed, with the arithmetic ~790 ns).
+//! all, one thread: ~1.57 µs a step as four variables, ~1.31 µs packed, the arithmetic alone
+//! ~0.79 µs; `docs/benchmarks.md`, workload 7).
 //! Packed, they are one `Variable<A, Ix1>`; a [`Layout`] says where each tensor lies, and
 //! views of a snapshot or of a gradient buffer show each one with its own shape. Readers
 //! still see one step or the next, never a mix: it is one version.
@@ -50,6 +51,11 @@ impl Tensor {
 }
 
 impl Layout {
+    /// The set's name (its variable's).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The number of tensors.
     pub fn len(&self) -> usize {
         self.tensors.len()
@@ -70,6 +76,12 @@ impl Layout {
         self.tensors.iter().position(|t| t.name == name)
     }
 
+    /// Tensor `i`'s name, shape and range of elements in the set, if there is one.
+    pub fn tensor(&self, i: usize) -> Option<(&str, &[usize], Range<usize>)> {
+        let t = self.tensors.get(i)?;
+        Some((t.name.as_str(), t.shape.as_slice(), t.range()))
+    }
+
     /// Each tensor's name, shape and range of elements, in order.
     pub fn tensors(&self) -> impl ExactSizeIterator<Item = (&str, &[usize], Range<usize>)> {
         self.tensors
@@ -77,8 +89,9 @@ impl Layout {
             .map(|t| (t.name.as_str(), t.shape.as_slice(), t.range()))
     }
 
-    /// A buffer of zeros as long as the set, for gradients computed in place
-    /// ([`split_mut`](Self::split_mut)).
+    /// A buffer of zeros as long as the set, for gradients computed in place: split it with
+    /// [`split_mut`](Self::split_mut) and hand the views to a step (a slice or `Vec` of
+    /// views is [`Gradients`](super::Gradients)).
     pub fn zeros<A: Element>(&self) -> ndarray::Array1<A> {
         ndarray::Array1::from_elem(self.elements, A::default())
     }
@@ -86,10 +99,10 @@ impl Layout {
     /// Tensor `i` of `flat` (the set's elements) as an array of dimension `D`.
     ///
     /// # Errors
-    /// [`Error::IndexOutOfRange`] if there is no tensor `i`; [`Error::ShapeMismatch`] if
+    /// [`Error::NoSuchTensor`] if there is no tensor `i`; [`Error::ShapeMismatch`] if
     /// `flat` is not as long as the set; [`Error::RankMismatch`] if `D` is not the tensor's
     /// rank (`IxDyn` fits any).
-    pub fn view<'a, A, D: Dimension>(
+    pub fn view<'a, D: Dimension, A>(
         &self,
         i: usize,
         flat: &'a [A],
@@ -100,7 +113,7 @@ impl Layout {
 
     /// Tensor `i` of `flat` as a mutable array of dimension `D`: where a gradient is
     /// computed. Errors as for [`view`](Self::view).
-    pub fn view_mut<'a, A, D: Dimension>(
+    pub fn view_mut<'a, D: Dimension, A>(
         &self,
         i: usize,
         flat: &'a mut [A],
@@ -145,10 +158,10 @@ impl Layout {
 
     /// Tensor `i` and its shape as a `D`, for a slice of `len` elements.
     fn fit<D: Dimension>(&self, i: usize, len: usize) -> Result<(&Tensor, D)> {
-        let tensor = self.tensors.get(i).ok_or_else(|| Error::IndexOutOfRange {
-            variable: self.name.clone(),
+        let tensor = self.tensors.get(i).ok_or_else(|| Error::NoSuchTensor {
+            set: self.name.clone(),
             index: i,
-            bound: self.tensors.len(),
+            tensors: self.tensors.len(),
         })?;
         self.check_len(len)?;
         let dim = D::from_dimension(&IxDyn(&tensor.shape)).ok_or_else(|| Error::RankMismatch {
@@ -301,7 +314,7 @@ impl<A: Element> PackedSnapshot<A> {
     /// Tensor `i` (in the order added) as an array of dimension `D`.
     ///
     /// # Errors
-    /// As for [`Layout::view`]: [`Error::IndexOutOfRange`] or [`Error::RankMismatch`] (the
+    /// As for [`Layout::view`]: [`Error::NoSuchTensor`] or [`Error::RankMismatch`] (the
     /// variable keeps the set's length: a write of another is refused).
     pub fn get<D: Dimension>(&self, i: usize) -> Result<ArrayView<'_, A, D>> {
         self.layout
