@@ -80,6 +80,9 @@ enum Op {
 struct Input {
     rule: RuleSel,
     clip: Option<u8>,
+    /// The third optimizer's first `split % (n + 1)` tensors are variables, the rest a
+    /// packed set.
+    split: u8,
     tensors: Vec<Tensor>,
     ops: Vec<Op>,
 }
@@ -266,6 +269,36 @@ fuzz_target!(|input: Input| {
         .params(&separate)
         .build()
         .expect("unclaimed");
+    // Mixed: plain variables first, then a packed set of the rest (its tensors keep their
+    // global names, so that errors name them as the others do).
+    let split = usize::from(input.split) % (inits.len() + 1);
+    let mixed_vars: Vec<Variable<f32>> = inits[..split]
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Variable::builder(a.clone()).name(label(i)).build())
+        .collect();
+    let mixed_set = inits[split..]
+        .iter()
+        .enumerate()
+        .fold(Packed::builder().name("set"), |b, (i, a)| {
+            b.tensor(format!("t{}", split + i), a)
+        })
+        .build()
+        .expect("distinct names");
+    let mixed = optimizer(input.rule, clip)
+        .params(&mixed_vars)
+        .packed(&mixed_set)
+        .build()
+        .expect("unclaimed");
+    let mixed_tensor = |i: usize| -> Vec<f32> {
+        if i < split {
+            mixed_vars[i].read().iter().copied().collect()
+        } else {
+            let snapshot = mixed_set.read();
+            let view = snapshot.get::<IxDyn>(i - split).expect("fits");
+            view.iter().copied().collect()
+        }
+    };
     let zeros = |n: usize| vec![0.0f32; n];
     let mut model = Model {
         rule: input.rule,
@@ -295,6 +328,7 @@ fuzz_target!(|input: Input| {
                 let expected = model.step(&grads);
                 assert_eq!(packed.step(&arrays), expected);
                 assert_eq!(apart.step(&arrays), expected);
+                assert_eq!(mixed.step(&arrays), expected);
             }
             Op::GoodStep(fill) => {
                 let grads: Vec<(Vec<usize>, Vec<f32>)> = model
@@ -309,6 +343,7 @@ fuzz_target!(|input: Input| {
                 let expected = model.step(&grads);
                 assert_eq!(packed.step(&arrays), expected);
                 assert_eq!(apart.step(&arrays), expected);
+                assert_eq!(mixed.step(&arrays), expected);
             }
             Op::View(i, rank) => {
                 let i = usize::from(*i % 6);
@@ -323,8 +358,10 @@ fuzz_target!(|input: Input| {
         }
         assert_eq!(packed.steps(), model.t);
         assert_eq!(apart.steps(), model.t);
+        assert_eq!(mixed.steps(), model.t);
         let snapshot = set.read();
         for (i, v) in separate.iter().enumerate() {
+            assert_eq!(bits(&mixed_tensor(i)), bits(&model.p[i]));
             let own = v.read();
             assert_eq!(bits(own.as_slice().expect("standard")), bits(&model.p[i]));
             let view = snapshot.get::<IxDyn>(i).expect("fits");
