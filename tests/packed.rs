@@ -131,8 +131,23 @@ fn a_packed_adam_equals_one_over_separate_variables() {
         separate.step((&gw, &gb)).unwrap();
     }
     let params = set.read();
-    assert_eq!(params.get::<Ix2>(0).unwrap(), *w.read());
-    assert_eq!(params.get::<Ix1>(1).unwrap(), *b.read());
+    same(&params.get::<Ix2>(0).unwrap(), &w.read());
+    same(&params.get::<Ix1>(1).unwrap(), &b.read());
+}
+
+/// Bit for bit; under miri, whose `powi` is nondeterministic in its last bits (so two
+/// optimizers' bias corrections differ), to a relative 1e-4.
+fn same<D: ndarray::Dimension>(got: &ndarray::ArrayRef<f32, D>, want: &ndarray::ArrayRef<f32, D>) {
+    assert_eq!(got.shape(), want.shape());
+    if cfg!(miri) {
+        let close = got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
+        assert!(close, "{got:?} != {want:?}");
+    } else {
+        assert_eq!(got, want);
+    }
 }
 
 #[test]
