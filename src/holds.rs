@@ -32,6 +32,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr;
 
+use crate::grace::Clock;
 use crate::pool::Link;
 use crate::sync::{thread_local, AtomicBool, AtomicPtr, Ordering};
 
@@ -47,6 +48,10 @@ struct Block {
     slots: [AtomicPtr<()>; SLOTS],
     /// Whether a live thread owns the block.
     owned: AtomicBool,
+    /// The owner's grace-period clock (limbo's, see [`clock`]): here because a block is
+    /// never freed and passes from an exiting thread to the next new one, which a tick
+    /// still in flight needs.
+    clock: Clock,
     /// The next block on the list: set before the block is published, never changed.
     next: *const Block,
 }
@@ -104,6 +109,7 @@ impl Registry {
         let block = Box::leak(Box::new(Block {
             slots: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             owned: AtomicBool::new(true),
+            clock: Clock::default(),
             next: ptr::null(),
         }));
         // Relaxed: the CAS below publishes.
@@ -181,7 +187,8 @@ impl Drop for Holder {
         }
         if let Some(block) = self.block.get() {
             if self.free.get() == ALL_FREE {
-                // Release: our clears of the slots happen-before the next owner's use.
+                // Release: our clears of the slots, and the count of ticks we deferred,
+                // happen-before the next owner's use.
                 block.owned.store(false, Ordering::Release);
             }
         }
@@ -206,6 +213,26 @@ thread_local! {
     };
 }
 
+impl Holder {
+    /// This thread's block, claimed on first use.
+    fn block(&self) -> &'static Block {
+        match self.block.get() {
+            Some(block) => block,
+            None => {
+                let block = registry().claim();
+                self.block.set(Some(block));
+                block
+            }
+        }
+    }
+}
+
+/// This thread's grace-period clock ([`grace`](crate::grace)); `None` once the thread is
+/// exiting.
+pub(crate) fn clock() -> Option<&'static Clock> {
+    HOLDER.try_with(|holder| &holder.block().clock).ok()
+}
+
 /// One slot of this thread, holding one version for a snapshot; cleared on drop.
 pub(crate) struct Hold {
     slot: &'static AtomicPtr<()>,
@@ -223,14 +250,7 @@ pub(crate) fn hold(version: *const ()) -> Option<Hold> {
             if free == 0 {
                 return None;
             }
-            let block = match holder.block.get() {
-                Some(block) => block,
-                None => {
-                    let block = registry().claim();
-                    holder.block.set(Some(block));
-                    block
-                }
-            };
+            let block = holder.block();
             let index = free.trailing_zeros() as usize;
             let bit = 1u8 << index;
             holder.free.set(free & !bit);

@@ -154,6 +154,7 @@ mod dim;
 pub mod docs;
 mod element;
 mod error;
+mod grace;
 mod head;
 mod holds;
 mod horizon;

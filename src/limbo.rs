@@ -2,36 +2,38 @@
 //!
 //! A writer that unlinks a version cannot release the count it took over at once: a reader
 //! pinned earlier may still be looking at the version. crossbeam-epoch decides when every
-//! such reader has unpinned, but asking it costs: a `defer` is ~25-30 ns and the `flush` that
-//! makes it timely ~160-260 ns (measured here), more than a 1K-element add. So each thread
-//! collects its retired counts in a batch and hands the whole batch to crossbeam with one
-//! `defer` and one `flush` once it holds [`BATCH_BYTES`] or [`BATCH`] versions.
+//! such reader has unpinned, but asking it costs (a `defer` and the `flush` that makes it
+//! timely). So each thread collects its retired counts in a batch, and seals the batch once
+//! it holds [`BATCH_BYTES`] or [`BATCH`] versions: a sealed batch waits for the next tick of
+//! its thread's [grace clock](crate::grace), one deferred call that serves every batch sealed
+//! before it, instead of a deferred call and a flush of its own.
 //!
-//! **The deferred function only marks the batch expired** (one compare-and-swap on the
-//! batch); the thread that sealed it releases its counts at its next retirement (which
-//! looks at its oldest sealed batch), after a large write ([`reclaim_now`]) or when it
-//! finds a pool dry ([`collect`]). So versions go back to their pools from the thread that
-//! retired them, usually the one that writes them next, rather than from whichever thread
-//! crossbeam collects on (measured before: two threads writing two variables each released
-//! the other's versions, a cache line moved per version and per pool push). Whichever thread runs the deferred function, a reader's pin
-//! included, frees no memory, takes no lock and runs no destructor of ours. (crossbeam's own
-//! bookkeeping, a node per 64 deferred functions, is its own.) A thread that exits hands its
-//! batches still in their grace period to their deferred functions (*orphaned*), which then
-//! release them themselves.
+//! **The thread that sealed a batch releases it** at its next retirement (which looks at
+//! its oldest sealed batch), after a large write ([`reclaim_now`]) or when it finds a pool
+//! dry ([`collect`]). So versions go back to their pools from the thread that retired them,
+//! usually the one that writes them next, rather than from whichever thread crossbeam
+//! collects on (measured before: two threads writing two variables each released the other's
+//! versions, a cache line moved per version and per pool push). Whichever thread runs a
+//! deferred call, a reader's pin included, frees no memory, takes no lock and runs no
+//! destructor of ours: a tick stores a number. (crossbeam's own bookkeeping, a node per
+//! flushed bag, is its own.) A thread that exits hands its batches to one deferred call,
+//! which releases them.
 //!
-//! The price is memory: a small version waits for its batch to fill, for two epoch advances
-//! and for its thread's next retirement, so a variable written by one thread holds about three
-//! batches of versions in flight (the pool recycles them; see [`spares`]); a thread that
-//! stops writing keeps its last expired batches (at most [`BATCH_BYTES`] each of small
+//! The price is memory: a small version waits for its batch to fill, for the tick after
+//! its seal and for its thread's next retirement, so a variable written by one thread holds
+//! about three batches of versions in flight (the pool recycles them; see [`spares`]); a
+//! thread that stops writing keeps its last batches (at most [`BATCH_BYTES`] each of small
 //! versions) until it writes again or exits. A large version (64 KiB and up) is a batch on
 //! its own, and its writer pushes the epoch forward and releases it right after the write
 //! ([`reclaim_now`]), so a lone writer alternates between two buffers.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 
+use crate::grace::Clock;
 use crate::holds::{self, Held};
 use crate::pool::free_orphans;
-use crate::sync::{epoch, thread_local, AtomicUsize, Ordering, ProcessAtomicPtr};
+use crate::sync::{epoch, thread_local, Ordering, ProcessAtomicPtr};
 use crate::version::{Version, VersionRef};
 use crate::Element;
 
@@ -69,70 +71,64 @@ struct Entry {
 struct Batch {
     entries: Vec<Entry>,
     bytes: usize,
-    /// Whose job the release is, once sealed: [`PENDING`], [`EXPIRED`] or [`ORPHANED`].
-    state: AtomicUsize,
-    /// Links empty batches on the global list of returned ones.
+    /// The tick of its thread's clock that ends its grace period, once sealed.
+    point: u64,
+    /// Links an exited thread's batches (for their deferred call) and empty batches on the
+    /// global list of returned ones.
     next: *mut Batch,
 }
-
-/// Sealed, in its grace period: its thread will release it once it expires.
-const PENDING: usize = 0;
-/// Its grace period is over: its thread releases it at its next look.
-const EXPIRED: usize = 1;
-/// Its thread exited during its grace period: the deferred function releases it.
-const ORPHANED: usize = 2;
 
 impl Batch {
     fn new() -> Box<Self> {
         Box::new(Self {
             entries: Vec::with_capacity(BATCH),
             bytes: 0,
-            state: AtomicUsize::new(PENDING),
+            point: 0,
             next: std::ptr::null_mut(),
         })
     }
 }
 
-/// A thread's batch being filled, its sealed batches (oldest first), and empty batches
-/// ready for the next.
+/// A thread's batch being filled, its sealed batches (oldest first, so their points never
+/// decrease), and empty batches ready for the next.
 #[derive(Default)]
 #[allow(clippy::vec_box)] // batches cross threads as `Box` pointers: they stay boxed here
 struct Local {
     filling: Option<Box<Batch>>,
-    sealed: Vec<*mut Batch>,
+    sealed: VecDeque<Box<Batch>>,
     spare: Vec<Box<Batch>>,
 }
 
 impl Local {
     /// Releases every sealed batch whose grace period is over.
-    fn release_expired(&mut self) {
-        // Acquire: pairs with the deferred function's Release (see `expire`).
-        let expired = |batch: &*mut Batch| {
-            // SAFETY: a sealed batch stays allocated until its release, below.
-            unsafe { &**batch }.state.load(Ordering::Acquire) == EXPIRED
-        };
-        if !self.sealed.iter().any(expired) {
+    fn release_passed(&mut self, clock: &Clock) {
+        if !self
+            .sealed
+            .front()
+            .is_some_and(|oldest| clock.passed(oldest.point))
+        {
             return;
         }
-        // The holds, read once for every expired batch (after their grace periods).
+        // The holds, read once for every batch (after their grace periods: `passed` acquired).
         let held = Held::now();
-        let mut i = 0;
-        while i < self.sealed.len() {
-            if expired(&self.sealed[i]) {
-                let batch = self.sealed.remove(i);
-                // SAFETY: expired, so ours again: the deferred function is done with it.
-                let batch = unsafe { release_batch(batch, &held) };
-                self.spare.push(batch);
-            } else {
-                i += 1;
+        while let Some(batch) = self.sealed.pop_front() {
+            if !clock.passed(batch.point) {
+                self.sealed.push_front(batch);
+                break;
             }
+            // SAFETY: its grace period is over, and it is ours.
+            self.spare.push(unsafe { release_batch(batch, &held) });
         }
+    }
+
+    /// Whether a sealed batch still waits for a tick.
+    fn waiting(&self) -> bool {
+        !self.sealed.is_empty()
     }
 }
 
 impl Drop for Local {
-    /// A thread that exits seals what it retired, and leaves each batch still in its grace
-    /// period to its deferred function.
+    /// A thread that exits hands what it retired to one deferred call, which releases it.
     ///
     /// Not under loom, where a thread-local destructor must make no atomic access (loom runs
     /// them as its thread ends, in no fixed order, and an access there crashed the models):
@@ -141,28 +137,11 @@ impl Drop for Local {
         if cfg!(mvtensor_loom) {
             return;
         }
-        if let Some(batch) = self.filling.take() {
-            if !batch.entries.is_empty() {
-                let guard = epoch::pin();
-                self.sealed.push(seal(batch, &guard));
-            }
-        }
-        let mut held = None;
-        for batch in std::mem::take(&mut self.sealed) {
-            // AcqRel: Release hands the batch to the deferred function; Acquire (also on
-            // failure) pairs with its Release if it expired first.
-            // SAFETY: a sealed batch stays allocated until its release.
-            if let Err(EXPIRED) = unsafe { &*batch }.state.compare_exchange(
-                PENDING,
-                ORPHANED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                let held = held.get_or_insert_with(Held::now);
-                // SAFETY: expired, so ours.
-                give_away(unsafe { release_batch(batch, held) });
-            }
-        }
+        let batches = self.filling.take().into_iter().chain(self.sealed.drain(..));
+        hand_over(
+            batches.filter(|batch| !batch.entries.is_empty()),
+            &epoch::pin(),
+        );
     }
 }
 
@@ -185,17 +164,15 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
         version: version.into_raw().cast_const().cast(),
         release: release::<A>,
     };
+    // `None` while this thread exits: then a full batch goes to a deferred call of its own.
+    let clock = holds::clock();
     let full = LOCAL.with(|local| {
         let mut local = local.borrow_mut();
         let local = &mut *local;
-        // The oldest sealed batch is usually the first to expire: one load per retirement
-        // brings batches home as soon as they can come (not only at this thread's next seal).
-        if local.sealed.first().is_some_and(|&oldest| {
-            // Acquire: as in `release_expired`.
-            // SAFETY: a sealed batch stays allocated until its release.
-            unsafe { &*oldest }.state.load(Ordering::Acquire) == EXPIRED
-        }) {
-            local.release_expired();
+        // The oldest sealed batch is the first to pass: one load per retirement brings
+        // batches home as soon as they can come (not only at this thread's next seal).
+        if let Some(clock) = clock {
+            local.release_passed(clock);
         }
         let batch = local
             .filling
@@ -206,34 +183,49 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
             .then(|| local.filling.take())
             .flatten()
     });
-    if let Some(batch) = full {
-        // Only a large version is worth pushing the epoch for (`reclaim_now`); a batch of
-        // small ones that reached the byte limit is not.
-        if bytes >= BATCH_BYTES {
-            SEALED_LARGE.with(|large| large.set(true));
-        }
-        // The flush in `seal` may run deferred functions on this thread: not while `LOCAL`
-        // is borrowed (an orphaned batch's release must not find it borrowed).
-        let sealed = seal(batch, guard);
-        LOCAL.with(|local| {
-            let mut local = local.borrow_mut();
-            local.sealed.push(sealed);
-            local.release_expired();
-        });
-        free_orphans();
-        holds::recheck();
+    let Some(mut batch) = full else {
+        return;
+    };
+    // Only a large version is worth pushing the epoch for (`reclaim_now`); a batch of small
+    // ones that reached the byte limit is not.
+    if bytes >= BATCH_BYTES {
+        SEALED_LARGE.with(|large| large.set(true));
     }
+    match clock {
+        Some(clock) => {
+            batch.point = clock.seal_point();
+            // The flush may run deferred calls on this thread: not while `LOCAL` is
+            // borrowed (an exited thread's batches must not find it borrowed).
+            clock.advance(guard);
+            LOCAL.with(|local| {
+                let mut local = local.borrow_mut();
+                local.sealed.push_back(batch);
+                local.release_passed(clock);
+            });
+        }
+        None => hand_over(std::iter::once(batch), guard),
+    }
+    free_orphans();
+    holds::recheck();
 }
 
-/// Releases what this thread retired whose grace period is over, and looks again at held
-/// versions: for a writer whose pool is dry.
+/// Releases what this thread retired whose grace period is over, pushes the rest along,
+/// and looks again at held versions: for a writer whose pool is dry.
 pub(crate) fn collect() {
-    // `try_with`: not while this thread's limbo is being torn down.
-    let _ = LOCAL.try_with(|local| {
-        if let Ok(mut local) = local.try_borrow_mut() {
-            local.release_expired();
+    if let Some(clock) = holds::clock() {
+        // `try_with`: not while this thread's limbo is being torn down.
+        let waiting = LOCAL
+            .try_with(|local| {
+                local.try_borrow_mut().is_ok_and(|mut local| {
+                    local.release_passed(clock);
+                    local.waiting()
+                })
+            })
+            .unwrap_or(false);
+        if waiting {
+            clock.advance(&epoch::pin());
         }
-    });
+    }
     holds::recheck();
 }
 
@@ -246,79 +238,62 @@ unsafe fn release<A: Element>(version: *const (), held: &Held) {
     unsafe { Version::<A>::release_with(version.cast(), Some(held)) };
 }
 
-/// Hands a batch to crossbeam-epoch and pushes the epoch forward. Returns the sealed batch,
-/// for its thread's list.
-///
-/// Under loom the flush is left out: exploring crossbeam's collection on every write made the
-/// store-snapshot models run for tens of minutes. The models that check reuse
-/// (`loom/tests/version.rs`) flush themselves, and the others release at shutdown.
-fn seal(batch: Box<Batch>, guard: &epoch::Guard) -> *mut Batch {
-    // Relaxed: handed to the deferred function by `defer` itself.
-    batch.state.store(PENDING, Ordering::Relaxed);
-    let batch = Box::into_raw(batch);
-    let sealed = SendBatch(batch);
-    guard.defer(move || {
-        let sealed = sealed;
-        // SAFETY: the deferred call's grace period is over; the batch is allocated until
-        // someone releases it, which is after this expiry.
-        unsafe { expire(sealed.0) }
-    });
-    if !cfg!(mvtensor_loom) {
-        guard.flush();
+/// Hands `batches` (sealed or not: everything in them was retired before now) to one
+/// deferred call, which releases them after their grace period: for a thread that exits.
+fn hand_over(batches: impl Iterator<Item = Box<Batch>>, guard: &epoch::Guard) {
+    let mut list: *mut Batch = std::ptr::null_mut();
+    for mut batch in batches {
+        batch.next = list;
+        list = Box::into_raw(batch);
     }
-    batch
+    if list.is_null() {
+        return;
+    }
+    let list = SendBatch(list);
+    guard.defer(move || {
+        let list = list;
+        // SAFETY: the deferred call's grace period began after every count in the list was
+        // retired; the list is this call's alone.
+        unsafe { release_list(list.0) }
+    });
+    guard.flush();
 }
 
+/// A list of batches linked through `next`, owned by one deferred call.
 struct SendBatch(*mut Batch);
-// SAFETY: a sealed batch's state is atomic, and its entries are touched only by whoever
-// the state makes responsible for its release.
+// SAFETY: the batches are touched only by the one deferred call that owns the list.
 unsafe impl Send for SendBatch {}
 
-/// The end of a batch's grace period (its deferred function): marks it expired for its
-/// thread, or releases it if its thread has exited.
+/// Releases every batch of a list and puts the empty ones on the global list.
 ///
 /// # Safety
-/// `batch` is sealed, its grace period is over, and this is its one deferred call.
-unsafe fn expire(batch: *mut Batch) {
-    // AcqRel: Release hands the grace period (everything ordered before this call, the holds
-    // made by pinned readers included) to the thread that releases the batch; Acquire (also on
-    // failure) pairs with the exiting thread's Release if it orphaned the batch first.
-    // SAFETY: allocated until released, which needs this call's mark or its own release.
-    let state = unsafe { &*batch }.state.compare_exchange(
-        PENDING,
-        EXPIRED,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
-    if state == Err(ORPHANED) {
-        // SAFETY: orphaned, so ours; its grace period is over.
-        give_away(unsafe { release_batch(batch, &Held::now()) });
+/// The list is exclusively the caller's, and the grace period of all it holds is over.
+unsafe fn release_list(mut batch: *mut Batch) {
+    let held = Held::now();
+    while !batch.is_null() {
+        // SAFETY: the caller's contract; every listed batch came from `Box::into_raw`.
+        let b = unsafe { Box::from_raw(batch) };
+        batch = b.next;
+        // SAFETY: the caller's contract.
+        give_away(unsafe { release_batch(b, &held) });
     }
 }
 
-/// Releases every count of a sealed batch and returns the empty batch.
+/// Releases every count of a batch and returns it empty.
 ///
 /// # Safety
-/// `batch` is a sealed batch, exclusively the caller's, whose grace period is over; `held`
-/// was read after it.
-unsafe fn release_batch(batch: *mut Batch, held: &Held) -> Box<Batch> {
-    // SAFETY: the caller's contract; every sealed batch came from `Box::into_raw`.
-    let mut b = unsafe { Box::from_raw(batch) };
-    for entry in b.entries.drain(..) {
+/// The grace period of every count in `batch` is over; `held` was read after it.
+unsafe fn release_batch(mut batch: Box<Batch>, held: &Held) -> Box<Batch> {
+    for entry in batch.entries.drain(..) {
         // SAFETY: each entry owns one count, and its grace period is over.
         unsafe { (entry.release)(entry.version, held) };
     }
-    b.bytes = 0;
-    b
+    batch.bytes = 0;
+    batch
 }
 
 /// Puts an empty batch of an exited thread on the global list for any thread's next batch.
-/// (Under loom it is freed: a batch holds a loom atomic, which must not outlive its
-/// execution on a process-wide list.)
 fn give_away(batch: Box<Batch>) {
-    if cfg!(mvtensor_loom) {
-        return;
-    }
     let batch = Box::into_raw(batch);
     let returned = returned();
     // Relaxed: the CAS publishes.
@@ -340,7 +315,7 @@ fn empty_batch(spare: &mut Vec<Box<Batch>>) -> Box<Batch> {
     if let Some(batch) = spare.pop() {
         return batch;
     }
-    // Acquire: pairs with `release_batch`'s Release.
+    // Acquire: pairs with `give_away`'s Release.
     let mut list = returned().swap(std::ptr::null_mut(), Ordering::Acquire);
     while !list.is_null() {
         // SAFETY: every batch on the list came from `Box::into_raw` and is ours now.
@@ -351,31 +326,47 @@ fn empty_batch(spare: &mut Vec<Box<Batch>>) -> Box<Batch> {
     spare.pop().unwrap_or_else(Batch::new)
 }
 
-/// Empty batches of exited threads. (Unused under loom: see `give_away`.)
+/// Empty batches of exited threads: a process-wide list (a batch holds nothing of loom's).
 fn returned() -> &'static ProcessAtomicPtr<Batch> {
     static RETURNED: ProcessAtomicPtr<Batch> = ProcessAtomicPtr::new(std::ptr::null_mut());
     &RETURNED
 }
 
+/// Flushes at most this many times in [`reclaim_now`]: a tick deferred at the seal runs
+/// after one more (its bag needs two epoch advances, and the seal's flush made one); one
+/// already in flight at the seal needs up to two more, and then the seal's own tick.
+const RECLAIM_FLUSHES: usize = 4;
+
 /// After a write, with none of its guards still pinned: if it sealed a large batch, pushes
-/// the epoch forward twice so that the batch's versions are back in their pool before the
-/// write returns (when no reader is pinned in an older epoch).
+/// the epoch forward until the batch's tick has run (when no reader is pinned in an older
+/// epoch, at most [`RECLAIM_FLUSHES`] times), so that its versions are back in their pool
+/// before the write returns.
 ///
-/// A sealed batch is released once the global epoch has advanced twice past it, and each
-/// flush advances it at most once. Left to later writes, a lone writer of a 4 MiB variable
-/// cycled through three buffers, and three buffers plus a delta spill out of cache
-/// (measured on 2 cores: 250-400 us a pass instead of 170 us). Small versions are left to
-/// the flush of the next batch: for them these pins would cost more than they save.
+/// Left to later writes, a lone writer of a 4 MiB variable cycled through three buffers, and
+/// three buffers plus a delta spill out of cache (measured on 2 cores: 250-400 us a pass
+/// instead of 170 us). Small versions are left to the next seal: for them these pins would
+/// cost more than they save.
 ///
 /// Returns whether it did (the caller then trims the pool it wrote to: see
 /// `Inner::reclaimed`).
 pub(crate) fn reclaim_now() -> bool {
     let sealed = SEALED_LARGE.with(|large| large.replace(false));
-    if sealed {
-        for _ in 0..2 {
-            epoch::pin().flush();
-        }
-        LOCAL.with(|local| local.borrow_mut().release_expired());
+    if !sealed {
+        return false;
     }
-    sealed
+    let Some(clock) = holds::clock() else {
+        return true;
+    };
+    LOCAL.with(|local| {
+        for _ in 0..RECLAIM_FLUSHES {
+            let newest = local.borrow().sealed.back().map(|batch| batch.point);
+            if newest.is_none_or(|point| clock.passed(point)) {
+                break;
+            }
+            // Not while `LOCAL` is borrowed: see `retire`.
+            clock.advance(&epoch::pin());
+        }
+        local.borrow_mut().release_passed(clock);
+    });
+    true
 }
