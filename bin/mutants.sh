@@ -49,6 +49,7 @@ MUTATIONS=(
   "src/horizon.rs#if h.in_progress.load(Ordering::Acquire) == 0#if h.in_progress.load(Ordering::Relaxed) == 0#lib:loom_horizon"
   "src/horizon.rs#match slot.load(Ordering::Acquire)#match slot.load(Ordering::Relaxed)#lib:loom_horizon"
   "src/horizon.rs#STARTING => return Oldest::Unknown,#STARTING => {}#lib:loom_horizon"
+  "src/grace.rs#self.done.load(Ordering::Acquire) >= point#self.done.load(Ordering::Acquire) >= point.saturating_sub(1)#version"
 )
 
 only="${1:-}"

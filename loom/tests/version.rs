@@ -6,6 +6,8 @@
 mod common;
 
 use common::{run_model, scalar, value};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
 use loom::thread;
 
 /// A reader racing two commits sees versions in order, each with the value written at that
@@ -175,6 +177,58 @@ fn a_held_version_outlives_its_grace_period_and_passes_to_an_owned_snapshot() {
         assert_eq!(owned[[]], seen, "an owned snapshot's version was reused");
         assert_eq!(v.read()[[]], 4);
     });
+}
+
+/// The grace clock (`grace.rs`): a writer's tick may run on any thread that collects, here
+/// the reader's own flushes, after its hold. The writer then releases the version it
+/// retired, looking at the holds first: the tick's Release and the writer's Acquire of the
+/// clock are what make the reader's hold visible to that look, so the version the reader
+/// holds must never come back to the pool the next write takes from. The two threads take
+/// turns through `Relaxed` flags, which order nothing: only the clock can.
+#[test]
+fn a_tick_run_by_the_reader_shows_its_hold_to_the_writer() {
+    run_model(
+        "a_tick_run_by_the_reader_shows_its_hold_to_the_writer",
+        || {
+            let v = scalar(0);
+            let turn = Arc::new(AtomicUsize::new(0));
+            let reader = {
+                let (v, turn) = (v.clone(), Arc::clone(&turn));
+                thread::spawn(move || {
+                    let snap = v.read();
+                    let seen = snap[[]];
+                    take_turn(&turn, 0); // the writer retires our version, and flushes
+                    two_grace_steps(); // which may run the writer's tick here
+                    take_turn(&turn, 2); // the writer writes twice more
+                    wait_turn(&turn, 4);
+                    assert_eq!(snap[[]], seen, "a held version was reused");
+                })
+            };
+            wait_turn(&turn, 1);
+            v.assign_add(&value(1)).unwrap(); // retires the first version: tick 1 deferred
+            crossbeam_epoch::pin().flush(); // tick 1 on the global queue, for any thread to run
+            take_turn(&turn, 1);
+            wait_turn(&turn, 3);
+            v.assign_add(&value(1)).unwrap(); // releases the first version if tick 1 ran
+            v.assign_add(&value(1)).unwrap(); // and writes into it, if it came back
+            take_turn(&turn, 3);
+            reader.join().unwrap();
+            assert_eq!(v.read()[[]], 3);
+        },
+    );
+}
+
+/// Waits until `turn` reaches `n`. Relaxed: the turns order nothing (see the model above).
+fn wait_turn(turn: &AtomicUsize, n: usize) {
+    while turn.load(Ordering::Relaxed) != n {
+        thread::yield_now();
+    }
+}
+
+/// Hands the turn on from `n`.
+fn take_turn(turn: &AtomicUsize, n: usize) {
+    wait_turn(turn, n);
+    turn.store(n + 1, Ordering::Relaxed);
 }
 
 /// Pushes crossbeam's epoch forward twice (when nobody pinned holds it back): enough for a
