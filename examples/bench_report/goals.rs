@@ -405,8 +405,9 @@ impl Report<'_> {
             why: format!(
                 "{}. Live versions are every version the variable has allocated: the \
                  current one, pooled spares, and retired ones waiting for a grace period. \
-                 Retired versions go to crossbeam-epoch a batch at a time (64 KiB or 32 \
-                 versions per flush) and come home through the thread that retired them, so \
+                 Retired versions wait in batches (64 KiB or 32 versions) for a tick of \
+                 their thread's grace clock, one crossbeam-epoch deferred call in flight at \
+                 a time, and come home through the thread that retired them, so \
                  a small, very frequently written variable keeps about three batches per \
                  writing thread in flight or pooled ({}). In resident memory at 1M: {:.1} \
                  copies in steady state, against {:.1} for the locks and {:.1} for arc-swap, \
