@@ -9,12 +9,14 @@
 //! and freed by whichever collects it, so the two threads' allocator arenas took each other's
 //! locks). That was most of what a second thread writing its own small variable cost.
 //!
-//! So each thread keeps a [`Clock`]: a count of *ticks* it deferred and a count of those
-//! that ran. A tick is a deferred function that only stores its number in `done`; a thread
-//! defers the next one only once the last has run. Something retired before tick `k` was
-//! deferred is unreachable once `done >= k`: the batches a thread seals wait for the first
-//! tick deferred after them ([`Clock::seal_point`]). In between ticks the thread only
-//! flushes (an empty bag: a collection, no node), which pushes the tick along.
+//! So each thread keeps a [`Clock`]: a count of *ticks* it deferred and the highest number of
+//! one that ran. A tick is a deferred function that only raises `done` to its number; a
+//! thread defers the next one only once the last has run ([`Clock::advance`]), except for a
+//! large version, which its writer wants back before its write returns
+//! ([`Clock::advance_now`]). Something retired before tick `k` was deferred is unreachable
+//! once `done >= k`: the batches a thread seals wait for the first tick deferred after them
+//! ([`Clock::seal_point`]). In between ticks the thread only flushes (usually an empty bag: a
+//! collection, no node), which pushes the tick along.
 //!
 //! The clock lives in the thread's hold block ([`holds`](crate::holds)), which is never freed
 //! and goes to the next new thread once its own exits: a tick still in flight then may store
@@ -22,13 +24,16 @@
 
 use crate::sync::{epoch, AtomicU64, Ordering};
 
-/// A thread's ticks: how many it deferred, and the number of the last that ran.
+/// A thread's ticks: how many it deferred, and the highest number of one that ran.
 #[derive(Default)]
 pub(crate) struct Clock {
     /// Ticks deferred so far. Written only by the owning thread; atomic so that it passes to
     /// the block's next owner (published by the hand-over's Release).
     deferred: AtomicU64,
-    /// The number of the last tick that ran (ticks run in order: one is in flight at most).
+    /// The highest number of a tick that ran. Ticks in flight together (see
+    /// [`advance_now`](Self::advance_now)) may run out of order, on different threads; a
+    /// later tick's grace period covers everything an earlier one's does, so the highest is
+    /// what counts.
     done: AtomicU64,
 }
 
@@ -49,23 +54,34 @@ impl Clock {
         self.done.load(Ordering::Acquire) >= point
     }
 
-    /// Moves this thread's grace period along: defers the next tick if the last has run,
-    /// and (outside loom) flushes, so that crossbeam collects and advances its epoch.
+    /// Moves this thread's grace period along: defers the next tick if every tick deferred
+    /// before has run (so that a thread has one in flight, and one bag to push, per grace
+    /// period), and (outside loom) flushes, so that crossbeam collects and advances its epoch.
     ///
     /// Under loom the flush is left out, as it always was: exploring crossbeam's collection on
     /// every write made the store-snapshot models run for tens of minutes. The models that
     /// check reuse flush themselves.
     pub(crate) fn advance(&'static self, guard: &epoch::Guard) {
-        let deferred = self.deferred.load(Ordering::Relaxed);
-        // Acquire: not needed for the decision (a tick still in flight only delays us), but
-        // `passed` needs it anyway and this keeps the two reads alike.
-        if self.done.load(Ordering::Acquire) == deferred {
-            let tick = deferred + 1;
+        // Relaxed: the decision only; a tick still in flight just makes us wait for it.
+        let idle = self.done.load(Ordering::Relaxed) == self.deferred.load(Ordering::Relaxed);
+        self.flush_after(idle, guard);
+    }
+
+    /// Like [`advance`](Self::advance), but defers the next tick even if others are in
+    /// flight: for a large version, whose writer wants it back before the write returns
+    /// (a tick in flight was deferred before the version's seal, so it does not serve).
+    pub(crate) fn advance_now(&'static self, guard: &epoch::Guard) {
+        self.flush_after(true, guard);
+    }
+
+    fn flush_after(&'static self, defer: bool, guard: &epoch::Guard) {
+        if defer {
+            let tick = self.deferred.load(Ordering::Relaxed) + 1;
             // Relaxed: only this thread reads it, until the hand-over's Release.
             self.deferred.store(tick, Ordering::Relaxed);
             guard.defer(move || {
                 // Release: see `passed`. The clock is never freed (it lives in a hold block).
-                self.done.store(tick, Ordering::Release);
+                self.done.fetch_max(tick, Ordering::Release);
             });
         }
         if !cfg!(mvtensor_loom) {

@@ -186,9 +186,10 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
     let Some(mut batch) = full else {
         return;
     };
-    // Only a large version is worth pushing the epoch for (`reclaim_now`); a batch of small
-    // ones that reached the byte limit is not.
-    if bytes >= BATCH_BYTES {
+    // Only a large version is worth pushing the epoch for (`reclaim_now`), and a tick of its
+    // own; a batch of small ones that reached the byte limit is not.
+    let large = bytes >= BATCH_BYTES;
+    if large {
         SEALED_LARGE.with(|large| large.set(true));
     }
     match clock {
@@ -196,7 +197,11 @@ pub(crate) fn retire<A: Element>(version: VersionRef<A>, guard: &epoch::Guard) {
             batch.point = clock.seal_point();
             // The flush may run deferred calls on this thread: not while `LOCAL` is
             // borrowed (an exited thread's batches must not find it borrowed).
-            clock.advance(guard);
+            if large {
+                clock.advance_now(guard);
+            } else {
+                clock.advance(guard);
+            }
             LOCAL.with(|local| {
                 let mut local = local.borrow_mut();
                 local.sealed.push_back(batch);
@@ -332,10 +337,11 @@ fn returned() -> &'static ProcessAtomicPtr<Batch> {
     &RETURNED
 }
 
-/// Flushes at most this many times in [`reclaim_now`]: a tick deferred at the seal runs
-/// after one more (its bag needs two epoch advances, and the seal's flush made one); one
-/// already in flight at the seal needs up to two more, and then the seal's own tick.
-const RECLAIM_FLUSHES: usize = 4;
+/// Flushes at most this many times in [`reclaim_now`]: the tick deferred at the seal runs
+/// after one more when no other thread holds the epoch back (its bag needs two epoch
+/// advances, and the seal's flush made one), as the two flushes of a batch's own deferred
+/// call did before the clock.
+const RECLAIM_FLUSHES: usize = 2;
 
 /// After a write, with none of its guards still pinned: if it sealed a large batch, pushes
 /// the epoch forward until the batch's tick has run (when no reader is pinned in an older
