@@ -117,8 +117,8 @@ fn cost_why(row: &str) -> &'static str {
         "On top of the add, a write pays about six atomic read-modify-writes (the epoch pin, \
          the combiner flag, a pool take, the head CAS, and, per version released, the count's \
          last CAS and the pool push: ~5 ns each here), a clock and horizon read, and its \
-         share of one crossbeam `defer` + `flush` per 16 retired versions (~300 ns, of which a \
-         2 KiB memmove of crossbeam's bag and a node allocation); and it writes into a version \
+         share of one crossbeam `flush` per 16 retired versions (and of a `defer` per grace \
+         period: its thread's clock has one tick in flight at a time); and it writes into a version \
          retired about 50 writes earlier (the pool cycles about three batches), in L2 rather \
          than L1. Closing it needs grace periods cheaper than crossbeam's flush (a reuse \
          check per variable, say), which the product's choice of crossbeam-epoch rules out \
@@ -135,17 +135,21 @@ fn cost_why(row: &str) -> &'static str {
         "No array per call, but the write path's fixed costs stay (callgrind: ~480 \
          instructions per call against ~11 for the lock): an epoch pin, a pool take (two \
          swaps), the clock and horizon reads, the head CAS, the retirement into this \
-         thread's batch, and a share of crossbeam's `defer` + `flush` per 32 versions (~85 \
-         instructions a write). A version per increment is what makes the old value a \
+         thread's batch, and a share of a crossbeam `flush` per 32 versions (and of a \
+         `defer` per grace period). A version per increment is what makes the old value a \
          snapshot and keeps counters in store snapshots and sections; closing the gap needs \
          grace periods cheaper than crossbeam's flush, as for `assign_add 1K`."
     } else if row.starts_with("2 threads") {
         "The two variables share no line but crossbeam-epoch's global state: each thread's \
-         batch flush scans the other's epoch slot, pushes its bag on the global queue and \
-         collects bags the other pushed (crossbeam allocates and frees the queue's nodes on \
-         either thread). Each thread's retired versions come home through its own thread \
-         (the deferred function only marks a batch expired), so what is left is crossbeam's. \
-         Compare with the machine's own two-thread ratio printed under the table."
+         batch flush scans the other's epoch slot and collects from the global queue, and \
+         each tick of its grace clock pushes a bag there (crossbeam allocates and frees the \
+         queue's nodes on either thread, and a pop leaves a node to destroy, which the next \
+         flush pushes). With a deferred call and a flush per batch instead of the clock's \
+         one tick per grace period this ratio was 1.93x. When grace periods run long with two \
+         threads, pools also run dry now and then and a fresh small version is allocated \
+         (~2% of writes). Each thread's retired versions come home through its own thread, \
+         so what is left is crossbeam's. Compare with the machine's own two-thread ratio \
+         printed under the table."
     } else {
         ""
     }
