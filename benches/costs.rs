@@ -71,7 +71,7 @@ fn main() {
     let machine = costs.ns(Op::PlMutexTwoThreads) / costs.ns(Op::PlMutex(1 << 10));
     println!(
         "note: two threads on two parking_lot mutexes cost {machine:.2}x one thread here: \
-         the machine's own share of the two-thread ratio"
+         the same two-thread setting without mvtensor"
     );
     println!(
         "targets: {met} met, {missed} missed ({:.1} s)",

@@ -1,5 +1,5 @@
 //! Grace periods, counted: how a thread learns that crossbeam-epoch's grace period for
-//! something it retired is over, with one deferred call in flight at a time.
+//! something it retired is over, with (usually) one deferred call in flight at a time.
 //!
 //! crossbeam-epoch says when every thread pinned at some moment has unpinned by running a
 //! function deferred at that moment. Handing it one function per batch of retirements, each
