@@ -58,9 +58,9 @@
 //!   so an atomic counter works, which TensorFlow documents as impossible for `tf.Variable`.
 //! * **Bounded memory, no allocation per write.** Versions are pooled: a write builds its
 //!   value in a version its variable used before. With no snapshot held, a large variable
-//!   keeps 2-3 versions; a small one about three batches of retired versions (~192 KiB at
-//!   most), handed to the epoch a batch at a time. Snapshots add only the versions they
-//!   show. A reader's pin never frees memory.
+//!   keeps 2-3 versions; a small one about three batches of retired versions per writing
+//!   thread (~192 KiB each), which wait for the epoch a batch at a time. Snapshots add only
+//!   the versions they show. A reader's pin never frees memory.
 //! * **Any ndarray in, typed arrays out.** Writes take any array or view of any dimension;
 //!   a `Variable<f32, Ix2>`'s snapshots are 2-d arrays (`dot` works). Scalars have their
 //!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`] reads several
