@@ -174,7 +174,7 @@ impl Layout {
 }
 
 /// Several tensors (a model's parameters, typically) stored end to end in one 1-d variable;
-/// see the [module docs](self) for when to pack.
+/// the [trainer guide](crate::docs::trainer_guide) says when to pack.
 ///
 /// Read it with [`read`](Self::read) and take each tensor as a view; hand it to an
 /// [`Optimizer`](super::Optimizer) with [`packed`](super::OptimizerBuilder::packed), which

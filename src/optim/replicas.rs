@@ -81,9 +81,10 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// step number.
     ///
     /// # Errors
-    /// If any worker's gradients do not fit ([`Error::GradientCount`],
-    /// [`Error::ShapeMismatch`]), nothing of this step is applied and every worker gets that
-    /// error.
+    /// If any worker's gradients do not fit
+    /// ([`Error::GradientCount`](crate::Error::GradientCount),
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch)), nothing of this step is
+    /// applied and every worker gets that error.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
         let added = self.add(grads);
         if let Err(e) = added {
