@@ -66,9 +66,10 @@ impl Report<'_> {
             "Two threads each updating its own parking_lot mutex cost {} one thread's CPU per \
              update here: the same two-thread setting without mvtensor. (It is not the cores: \
              a plain loop adding 1K floats in place costs the same on one thread or two here. \
-             Both tensors are allocated by one thread before the two start; a standalone test \
-             with each thread's tensor from its own heap showed 1.0x, with both from the main \
-             thread's 1.3-1.9x: something the two threads' lines share, not yet pinned down.)\n",
+             Every delta here is placed clear of 4K aliasing with the tensor it is added to, \
+             which took this row from ~2x to ~1.7x. Both tensors are allocated by one thread \
+             before the two start; a standalone test with each thread's tensor from its own \
+             heap showed 1.0x: the rest is not yet pinned down.)\n",
             ratio(machine)
         );
     }
