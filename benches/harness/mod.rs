@@ -15,6 +15,7 @@ pub mod checkpoints;
 pub mod costs;
 pub mod embedding;
 pub mod optimizer;
+pub mod placement;
 pub mod sections;
 pub mod subjects;
 pub mod train;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use ndarray::{ArrayD, IxDyn, Zip};
 
+use super::placement::{placed, tensor_of};
 use super::subjects::read_work;
 use super::{check_dense, drive, initial, ones, Budget, Subject, Throughput, Visit, EXACT_ADDS};
 
@@ -179,7 +180,10 @@ pub fn trainer_step<S: Subject>(n: usize, threads: usize, budget: Budget) -> Thr
         budget,
         Dense::TrainerStep.cap(threads),
         |_, ctl| {
-            let mut grad = ArrayD::<f32>::zeros(IxDyn(&[n]));
+            // Stored to while the tensor is read, and read while the tensor is stored to.
+            let t = [tensor_of(&subject)];
+            let zeros = || ArrayD::<f32>::zeros(IxDyn(&[n]));
+            let mut grad = placed(zeros, ArrayD::as_ptr, &t, &t);
             let mut log = ThreadLog::default();
             ctl.ready();
             while ctl.go(log.ops) {
