@@ -117,19 +117,16 @@ impl Local {
     fn release_from_oldest(&mut self, clock: &Clock) {
         // The holds, read once for every batch (after their grace periods: `passed` acquired).
         let held = Held::now();
-        while let Some(batch) = self.sealed.pop_front() {
-            if !clock.passed(batch.point) {
-                self.sealed.push_front(batch);
-                break;
-            }
+        // (Not `pop_front_if`: newer than the crate's rust-version.)
+        while self
+            .sealed
+            .front()
+            .is_some_and(|oldest| clock.passed(oldest.point))
+        {
+            let batch = self.sealed.pop_front().expect("a front");
             // SAFETY: its grace period is over, and it is ours.
             self.spare.push(unsafe { release_batch(batch, &held) });
         }
-    }
-
-    /// Whether a sealed batch still waits for a tick.
-    fn waiting(&self) -> bool {
-        !self.sealed.is_empty()
     }
 }
 
@@ -229,7 +226,7 @@ pub(crate) fn collect() {
             .try_with(|local| {
                 local.try_borrow_mut().is_ok_and(|mut local| {
                     local.release_passed(clock);
-                    local.waiting()
+                    !local.sealed.is_empty()
                 })
             })
             .unwrap_or(false);
