@@ -16,7 +16,7 @@ use crossbeam_utils::CachePadded;
 use mvtensor::Variable;
 use ndarray::{arr0, ArrayD, Ix0};
 
-use super::placement::{placed, tensor_of};
+use super::placement::{apart, placed, placed_where, tensor_of};
 use super::{check_dense, initial, median, ones, Subject, SIZES};
 
 pub mod table;
@@ -234,7 +234,8 @@ impl Probe for Increments {
 
 /// Two threads, each adding ones to its own subject. Each thread warms up (a quarter of
 /// its operations, untimed) and waits for the other before its timed loop. The subjects
-/// are cache-padded, so that two locks side by side do not share a cache line.
+/// are cache-padded, so that two locks side by side do not share a cache line, and their
+/// tensors placed [`apart`] (no 128-byte block in common).
 struct TwoThreads<S> {
     s: [CachePadded<S>; 2],
     d: ArrayD<f32>,
@@ -286,10 +287,15 @@ fn dense<S: Subject + 'static>(n: usize, ops: u64) -> Box<dyn Probe> {
 }
 
 fn two_threads<S: Subject + 'static>(ops: u64) -> Box<dyn Probe> {
-    let s = [
-        CachePadded::new(S::new(initial(SMALL))),
-        CachePadded::new(S::new(initial(SMALL))),
-    ];
+    let first = CachePadded::new(S::new(initial(SMALL)));
+    let bytes = SMALL * std::mem::size_of::<f32>();
+    let other = tensor_of(&*first);
+    let second = placed_where(
+        || CachePadded::new(S::new(initial(SMALL))),
+        |s| tensor_of(&**s),
+        |p| apart(p, other, bytes),
+    );
+    let s = [first, second];
     let d = delta_for(SMALL, &[tensor_of(&*s[0]), tensor_of(&*s[1])]);
     Box::new(TwoThreads { s, d, ops, adds: 0 })
 }
