@@ -50,6 +50,11 @@ MUTATIONS=(
   "src/horizon.rs#match slot.load(Ordering::Acquire)#match slot.load(Ordering::Relaxed)#lib:loom_horizon"
   "src/horizon.rs#STARTING => return Oldest::Unknown,#STARTING => {}#lib:loom_horizon"
   "src/grace.rs#self.done.load(Ordering::Acquire) >= point#self.done.load(Ordering::Acquire) >= point.saturating_sub(1)#version"
+  "src/help.rs#while self.0.inside.load(Ordering::Acquire) != 0 {#while false && self.0.inside.load(Ordering::Acquire) != 0 {#lib:loom_help"
+  "src/help.rs#while self.0.inside.load(Ordering::Acquire) != 0 {#while self.0.inside.load(Ordering::Relaxed) != 0 {#lib:loom_help"
+  "src/help.rs#self.0.inside.fetch_sub(1, Ordering::Release);#self.0.inside.fetch_sub(1, Ordering::Relaxed);#lib:loom_help"
+  "src/help.rs#        fence(Ordering::SeqCst);\n        // Acquire: pairs with the publishing#        // Acquire: pairs with the publishing#lib:loom_help"
+  "src/help.rs#        fence(Ordering::SeqCst);\n        let mut backoff#        let mut backoff#lib:loom_help"
 )
 
 only="${1:-}"

@@ -22,8 +22,9 @@
 
 use smallvec::SmallVec;
 
+use crate::help::Helpers;
 use crate::kernel::Delta;
-use crate::serve::{Request, Serve, Server, Wait};
+use crate::serve::{Request, Serve, Server, Wait, Waiters};
 
 /// The combined write failed; the writer applies its delta on its own.
 const ALONE: u64 = 1;
@@ -48,20 +49,32 @@ const PARK_AT_ONCE_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 1024 * 102
 /// [`submit`](Combiner::submit) until their outcome is set.
 pub(crate) struct Combiner<A: 'static> {
     server: Server<Delta<'static, A>>,
+    /// Waiters compute chunks of a large pass ([`help`](crate::help)).
+    helpers: Helpers,
 }
 
 impl<A: 'static> Default for Combiner<A> {
     fn default() -> Self {
         Self {
             server: Server::default(),
+            helpers: Helpers::default(),
         }
     }
 }
 
 /// How a combining pass publishes a batch: returns the new version number, or `None` if the
-/// write failed (every writer in the batch then applies its delta on its own).
+/// write failed (every writer in the batch then applies its delta on its own). A large pass
+/// is computed with `helpers` ([`kernel::apply_helped`](crate::kernel::apply_helped)), after
+/// `wake` has woken the batch's parked writers to help.
 pub(crate) trait Publish<A> {
-    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64>;
+    fn publish(&self, deltas: &[Delta<'_, A>], helpers: &Helpers, wake: &dyn Fn()) -> Option<u64>;
+}
+
+impl<A: 'static> Combiner<A> {
+    /// Chunks of large passes computed by waiting writers so far.
+    pub(crate) fn helped(&self) -> u64 {
+        self.helpers.helped()
+    }
 }
 
 impl<A: Copy + 'static> Combiner<A> {
@@ -84,32 +97,48 @@ impl<A: Copy + 'static> Combiner<A> {
             // SAFETY: as for `shape`.
             rows: delta.rows.map(|rows| unsafe { &*std::ptr::from_ref(rows) }),
         });
+        let pass = Pass {
+            publish,
+            helpers: &self.helpers,
+        };
         // SAFETY: every writer of this variable passes the variable itself as `publish`
         // (`Variable::apply_delta`), and the erased borrow outlives the call.
-        let outcome = unsafe { self.server.submit(&mut request, wait, &Pass(publish)) };
+        let outcome = unsafe { self.server.submit(&mut request, wait, &pass) };
         outcome.checked_sub(APPLIED)
     }
 }
 
 /// One combining pass over a batch of deltas.
-struct Pass<'p, P>(&'p P);
+struct Pass<'p, P> {
+    publish: &'p P,
+    helpers: &'p Helpers,
+}
 
 impl<A: Copy, P: Publish<A>> Serve<Delta<'static, A>> for Pass<'_, P> {
     const UNWOUND: u64 = ALONE;
 
-    fn serve(&self, batch: &mut [&mut Delta<'static, A>]) -> u64 {
+    fn serve(&self, batch: &mut [&mut Delta<'static, A>], waiters: &Waiters<'_>) -> u64 {
+        let wake = || waiters.wake();
         let published = match batch {
             // Alone (every uncontended write): no copy of the delta (~150 instructions of a
             // 1K write's ~1,100 on top of its add).
-            [one] => self.0.publish(std::slice::from_ref(&**one)),
+            [one] => self
+                .publish
+                .publish(std::slice::from_ref(&**one), self.helpers, &wake),
             // Inline for the usual handful of deltas: no allocation on the write path.
-            _ => self
-                .0
-                .publish(&batch.iter().map(|d| **d).collect::<SmallVec<[_; 8]>>()),
+            _ => self.publish.publish(
+                &batch.iter().map(|d| **d).collect::<SmallVec<[_; 8]>>(),
+                self.helpers,
+                &wake,
+            ),
         };
         match published {
             Some(version) => version + APPLIED,
             None => ALONE,
         }
+    }
+
+    fn help(&self) {
+        self.helpers.help();
     }
 }

@@ -7,16 +7,21 @@
 //! delta is added to it). Combining k deltas therefore costs k + 2 tensor-sized transfers,
 //! where k separate updates would cost 3k.
 //!
-//! The pass runs on the calling thread only. It used to split large tensors across rayon's
-//! global pool, which deadlocked when the pool's own threads were writers waiting for the pass
-//! (the pass waited for the pool, the pool for the pass): whatever runs a pass must never wait
-//! for a thread that may be waiting for it (`docs/design.md`, §9, "Who waits for whom").
+//! A combining pass over a large tensor is split into chunks that the writers waiting for it
+//! help compute ([`apply_helped`], [`help`](crate::help)); otherwise the pass runs on the
+//! calling thread only. It used to split large tensors across rayon's global pool, which
+//! deadlocked when the pool's own threads were writers waiting for the pass (the pass waited
+//! for the pool, the pool for the pass): whatever runs a pass must never wait for a thread
+//! that may be waiting for it (`docs/design.md`, §9, "Who waits for whom"). Helpers are
+//! threads that were waiting anyway, and the holder waits for them only while they compute
+//! a chunk.
 
 use std::borrow::Cow;
 
 use ndarray::{Array, ArrayD, ArrayRef, Dimension, IxDyn};
 use smallvec::SmallVec;
 
+use crate::help::{Helpers, CHUNK_BYTES, HELP_BYTES};
 use crate::Element;
 
 /// How a delta is applied: added, subtracted, added times a factor (`scaled_add`), or
@@ -125,6 +130,59 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
         fill_chunk(chunk, &base[range.clone()], &deltas, range);
     }
 }
+
+/// [`apply`], split into chunks that waiting writers help compute when the tensor is at least
+/// [`HELP_BYTES`] and every delta dense (see [`help`](crate::help)); `wake` wakes the writers
+/// of the batch once there is a job for them.
+pub(crate) fn apply_helped<A: Element>(
+    base: &ArrayD<A>,
+    deltas: &[Delta<'_, A>],
+    out: &mut ArrayD<A>,
+    helpers: &Helpers,
+    wake: &dyn Fn(),
+) {
+    let len = out.len();
+    let size = std::mem::size_of::<A>().max(1);
+    if len == 0 || len * size < HELP_BYTES || !deltas.iter().all(Delta::is_dense) {
+        return apply(base, deltas, out);
+    }
+    debug_assert_eq!(out.shape(), base.shape());
+    let base = base.as_slice().expect("versions are in standard layout");
+    let out = Shared(
+        out.as_slice_mut()
+            .expect("versions are in standard layout")
+            .as_mut_ptr(),
+    );
+    let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas.iter().map(|d| (d.data, d.op)).collect();
+    let per = (CHUNK_BYTES / size).max(1);
+    let work = |i: usize| {
+        let range = i * per..((i + 1) * per).min(len);
+        // SAFETY: `Helpers::run` hands each chunk index to exactly one call, so the ranges
+        // are disjoint parts of `out`, which outlives the run (it returns only once every
+        // chunk is done and no helper is left).
+        let chunk = unsafe { std::slice::from_raw_parts_mut(out.at(range.start), range.len()) };
+        for (j, sub) in chunk.chunks_mut(CHUNK).enumerate() {
+            let start = range.start + j * CHUNK;
+            let sub_range = start..start + sub.len();
+            fill_chunk(sub, &base[sub_range.clone()], &deltas, sub_range);
+        }
+    };
+    helpers.run(len.div_ceil(per), &work, wake);
+}
+
+/// The output buffer of a split pass, shared by the threads computing its chunks.
+struct Shared<A>(*mut A);
+
+impl<A> Shared<A> {
+    /// The element at `i` (a method, so that closures capture the `Sync` wrapper).
+    fn at(&self, i: usize) -> *mut A {
+        // SAFETY: callers pass indices within the buffer (a chunk's start).
+        unsafe { self.0.add(i) }
+    }
+}
+
+// SAFETY: each thread writes only the chunks it claimed (see `apply_helped`).
+unsafe impl<A: Send> Sync for Shared<A> {}
 
 /// One chunk of the pass: the first delta is fused into the copy of the base, so a lone
 /// delta is a single sweep; the others are added to the chunk while it is in L1.

@@ -156,6 +156,7 @@ mod element;
 mod error;
 mod grace;
 mod head;
+mod help;
 mod holds;
 mod horizon;
 mod kernel;

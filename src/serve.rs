@@ -108,7 +108,25 @@ pub(crate) trait Serve<P> {
     /// The outcome of every request in a batch whose `serve` panicked. Not 0.
     const UNWOUND: u64;
     /// Serves a batch (arrival order) and returns the outcome every request in it gets. Not 0.
-    fn serve(&self, batch: &mut [&mut P]) -> u64;
+    /// `waiters` wakes the batch's parked callers, for a server that wants their help.
+    fn serve(&self, batch: &mut [&mut P], waiters: &Waiters<'_>) -> u64;
+    /// Called by a waiting caller on every turn of its wait: a server may give it part of
+    /// the batch in progress to compute ([`help`](crate::help)).
+    fn help(&self) {}
+}
+
+/// Wakes the callers of a batch that may be parked (see [`Serve::serve`]).
+pub(crate) struct Waiters<'b>(&'b dyn Fn());
+
+impl Waiters<'_> {
+    /// None: a batch of the holder's own request alone.
+    pub(crate) const NONE: Waiters<'static> = Waiters(&|| {});
+
+    /// Unparks every caller of the batch that may park (a spurious wake-up for one that is
+    /// not parked: it looks again).
+    pub(crate) fn wake(&self) {
+        (self.0)();
+    }
 }
 
 /// The pending requests of one variable or section, and the flag of the thread serving them.
@@ -162,6 +180,7 @@ impl<P> Server<P> {
                 unsafe { (*request).handoff.touch() };
                 return outcome;
             }
+            server.help();
             // A spinning caller looks at the flag only every few turns (its request is usually
             // in the holder's batch already); one that may park looks on every turn, so that
             // it never parks without having looked since it last woke.
@@ -199,7 +218,7 @@ impl<P> Server<P> {
             // take it: with it, the section models never explored two executions in one
             // batch, even at preemption bound 3; the combining models cover this path.)
             // SAFETY: ours, and not announced: nobody else sees it.
-            server.serve(&mut [unsafe { &mut (*mine).payload }])
+            server.serve(&mut [unsafe { &mut (*mine).payload }], &Waiters::NONE)
         } else {
             self.batch(mine, server);
             // Relaxed: we set it ourselves, in `batch`.
@@ -244,7 +263,15 @@ impl<P> Server<P> {
             // request's payload (its caller only reads the outcome).
             .map(|&r| unsafe { &mut (*r).payload })
             .collect();
-        finish.outcome = server.serve(&mut payloads);
+        let wake = || {
+            for &request in &taken {
+                // SAFETY: valid until `finish` sets its outcome, after `serve`.
+                if let Some(waiter) = unsafe { &(*request).waiter } {
+                    waiter.unpark();
+                }
+            }
+        };
+        finish.outcome = server.serve(&mut payloads, &Waiters(&wake));
         debug_assert_ne!(finish.outcome, WAITING);
     }
 }

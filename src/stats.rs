@@ -20,6 +20,9 @@ pub struct Stats {
     pub combined_deltas: u64,
     /// The largest batch one combined pass applied.
     pub max_batch: u64,
+    /// Chunks of combined passes over large tensors (1 MiB and up) that writers waiting for
+    /// the pass computed, beside the writer running it (see `docs/design.md`, §8).
+    pub helped_chunks: u64,
     /// Large buffers (64 KiB and up) a write had to allocate because its variable's pool had
     /// no version to reuse: the first touch of fresh pages is what makes them slow.
     pub fresh_buffers: u64,
@@ -113,9 +116,10 @@ impl Counters {
             self.max_batch.store(batch as u64, Ordering::Relaxed);
         }
     }
-    pub(crate) fn read(&self, commits: u64) -> Stats {
+    pub(crate) fn read(&self, commits: u64, helped_chunks: u64) -> Stats {
         Stats {
             commits,
+            helped_chunks,
             cas_retries: self.cas_retries.load(Ordering::Relaxed),
             combined_batches: self.combined_batches.load(Ordering::Relaxed),
             combined_deltas: self.combined_deltas.load(Ordering::Relaxed),

@@ -67,6 +67,24 @@ fn writers_of_large_deltas_park_and_are_all_woken() {
     assert_eq!(v.stats().combined_deltas, (threads * each) as u64);
 }
 
+/// Passes over tensors of 1 MiB and more are split into chunks that the writers waiting for
+/// the pass compute too: whoever computes a chunk, every delta lands exactly once.
+#[test]
+fn writers_of_a_large_tensor_help_compute_the_passes_exactly() {
+    // 2 MiB of i64 (the pass is split from 1 MiB); small under miri, where nothing is split.
+    let (threads, each, len) = (scaled(2, 4), scaled(2, 60), scaled(4, 256 * 1024));
+    let v = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[len])));
+    from_every_thread(&v, threads, each, |delta, _| {
+        let version = v.assign_add(delta).unwrap();
+        assert!(v.version() >= version, "the caller's version is visible");
+    });
+    let expected = (1..=threads as i64).sum::<i64>() * each as i64;
+    assert!(v.read().iter().all(|&x| x == expected));
+    let stats = v.stats();
+    assert_eq!(stats.combined_deltas, (threads * each) as u64);
+    eprintln!("{stats:?}"); // helped_chunks: how much the waiters computed (timing-dependent)
+}
+
 /// The returned version includes the caller's delta: reading right after sees it.
 #[test]
 fn the_returned_version_includes_the_callers_delta() {

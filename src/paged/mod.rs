@@ -28,6 +28,7 @@ use self::table::Layout;
 pub use self::table::PagedTable;
 use crate::combine::{Combiner, Publish};
 use crate::error::{check_has_rows, check_rows, check_shape, Result};
+use crate::help::Helpers;
 use crate::kernel::{standard_elements, Delta, Op};
 use crate::pool::free_orphans;
 use crate::sync::{epoch, next_id, AtomicPtr, AtomicUsize, Ordering};
@@ -347,7 +348,8 @@ impl<A: Element> PagedVariable<A> {
 }
 
 impl<A: Element> Publish<A> for Inner<A> {
-    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
+    /// Paged passes are not split for helpers (yet): a sparse write touches a few pages.
+    fn publish(&self, deltas: &[Delta<'_, A>], _: &Helpers, _: &dyn Fn()) -> Option<u64> {
         // SAFETY: the combiner calls `publish` on its flag's holder only, one at a time, and
         // the book is alive while the variable is.
         let book = unsafe { (*self.book).ledger() };

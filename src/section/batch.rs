@@ -29,7 +29,7 @@
 //! last access to it.
 
 use super::{SectionInner, Txn};
-use crate::serve::{Request, Serve, Server, Wait};
+use crate::serve::{Request, Serve, Server, Wait, Waiters};
 use crate::stats::SectionCounters;
 
 /// Ran, and its batch committed (its closure's result says whether its writes were kept).
@@ -99,7 +99,7 @@ impl SectionInner {
 impl Serve<Job> for SectionInner {
     const UNWOUND: u64 = ABANDONED;
 
-    fn serve(&self, batch: &mut [&mut Job]) -> u64 {
+    fn serve(&self, batch: &mut [&mut Job], _: &Waiters<'_>) -> u64 {
         let tickets = self.enter();
         // SAFETY: `serve` runs with the batch flag held.
         let slots = unsafe { self.slots.get() };

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use loom::cell::UnsafeCell;
 use loom::thread;
 
-use super::{Request, Serve, Server, Wait};
+use super::{Request, Serve, Server, Wait, Waiters};
 use crate::loom_model::{run_model, run_model_at_most};
 
 /// A request's payload: the number of the batch that served it (0: not yet).
@@ -31,7 +31,7 @@ struct Counter {
 impl Serve<Job> for Counter {
     const UNWOUND: u64 = u64::MAX;
 
-    fn serve(&self, batch: &mut [&mut Job]) -> u64 {
+    fn serve(&self, batch: &mut [&mut Job], _: &Waiters<'_>) -> u64 {
         assert!(!batch.is_empty(), "an empty batch");
         let number = self.batches.with_mut(|batches| {
             // SAFETY: only the flag's holder serves (what the model checks).

@@ -226,7 +226,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
 
     /// What the write path has done so far (commits, retries, combining, live versions).
     pub fn stats(&self) -> Stats {
-        self.inner.home.counters.read(self.version())
+        let helped = self.inner.combiner.helped();
+        self.inner.home.counters.read(self.version(), helped)
     }
 
     /// Checks a whole new value's shape (see [`Inner::check_new_shape`]).

@@ -10,6 +10,7 @@ use ndarray::{Array, ArrayRef, Dimension};
 use crate::combine::Publish;
 use crate::dim;
 use crate::error::{Error, Result};
+use crate::help::Helpers;
 use crate::kernel::{self, standard_elements, Delta, Op};
 use crate::limbo::reclaim_now;
 use crate::running::{self, Inside, Running};
@@ -287,13 +288,13 @@ pub(crate) enum Taker {
 
 /// A combining pass publishes through the variable's normal write path.
 impl<A: Element> Publish<A> for Variable<A> {
-    fn publish(&self, deltas: &[Delta<'_, A>]) -> Option<u64> {
+    fn publish(&self, deltas: &[Delta<'_, A>], helpers: &Helpers, wake: &dyn Fn()) -> Option<u64> {
         // No `write_now`: the caller reclaims after letting go of the combiner flag
         // (`apply_delta`), so that waiters do not wait for it.
         // `publish` runs with the combiner flag held: the pass takes from the flag's list.
         let (_, version) = self
             .write(&epoch::pin(), Taker::FlagHolder, |cur, next| {
-                kernel::apply(&cur.data, deltas, &mut next.data);
+                kernel::apply_helped(&cur.data, deltas, &mut next.data, helpers, wake);
                 Ok(())
             })
             .ok()?;

@@ -1,0 +1,64 @@
+//! Component model of helping (`Helpers`): a holder runs a job of two chunks while one or
+//! two waiters call `help`, each at any point (before the job is published, while it runs,
+//! after it is withdrawn).
+//!
+//! Each chunk is a plain cell that `work` writes once; the holder reads both after `run`
+//! returns. So a chunk computed twice fails the assertion, a helper's chunk not ordered
+//! before the holder's return is a reported causality violation, and a helper that looks at
+//! the job after the holder has returned (the job lives on the holder's stack) is one too:
+//! the job's `alive` cell is read by every claim and written by the holder on return.
+
+use std::sync::Arc;
+
+use loom::cell::UnsafeCell;
+use loom::thread;
+
+use super::Helpers;
+use crate::loom_model::run_model;
+
+/// Two chunks of output, each written by the one `work` call that claimed it.
+#[derive(Default)]
+struct Chunks([UnsafeCell<u32>; 2]);
+
+// SAFETY: each cell is written by the one thread that claimed its chunk (what the model
+// checks) and read by the holder after `run`.
+unsafe impl Sync for Chunks {}
+
+fn model(helpers_count: usize) {
+    let helpers = Arc::new(Helpers::default());
+    let chunks = Arc::new(Chunks::default());
+    let waiters: Vec<_> = (0..helpers_count)
+        .map(|_| {
+            let helpers = Arc::clone(&helpers);
+            thread::spawn(move || helpers.help())
+        })
+        .collect();
+    let work = |i: usize| {
+        // SAFETY: claimed once (what the model checks).
+        chunks.0[i].with_mut(|c| unsafe { *c += 1 });
+    };
+    helpers.run(2, &work, || {});
+    for chunk in &chunks.0 {
+        // SAFETY: every helper has left (what the model checks).
+        assert_eq!(
+            chunk.with(|c| unsafe { *c }),
+            1,
+            "a chunk computed twice or never"
+        );
+    }
+    for waiter in waiters {
+        waiter.join().unwrap();
+    }
+}
+
+/// One helper, anywhere in the holder's run.
+#[test]
+fn a_helped_pass_computes_every_chunk_once_and_outlives_its_helper() {
+    run_model("help: one helper", || model(1));
+}
+
+/// Two helpers racing for the chunks and for the job's withdrawal.
+#[test]
+fn two_helpers_never_touch_a_withdrawn_job() {
+    run_model("help: two helpers", || model(2));
+}
