@@ -167,7 +167,10 @@ pub(crate) fn apply_helped<A: Element>(
             fill_chunk(sub, &base[sub_range.clone()], &deltas, sub_range);
         }
     };
-    helpers.run(len.div_ceil(per), &work, wake);
+    match len.div_ceil(per) {
+        1 => work(0), // nothing to share
+        chunks => helpers.run(chunks, &work, wake),
+    }
 }
 
 /// The output buffer of a split pass, shared by the threads computing its chunks.

@@ -110,8 +110,8 @@ pub(crate) trait Serve<P> {
     /// Serves a batch (arrival order) and returns the outcome every request in it gets. Not 0.
     /// `waiters` wakes the batch's parked callers, for a server that wants their help.
     fn serve(&self, batch: &mut [&mut P], waiters: &Waiters<'_>) -> u64;
-    /// Called by a waiting caller on every turn of its wait: a server may give it part of
-    /// the batch in progress to compute ([`help`](crate::help)).
+    /// Called by a caller that may park (not [`Wait::Spin`]) before it yields or parks: a
+    /// server may give it part of the batch in progress to compute ([`help`](crate::help)).
     fn help(&self) {}
 }
 
@@ -180,7 +180,6 @@ impl<P> Server<P> {
                 unsafe { (*request).handoff.touch() };
                 return outcome;
             }
-            server.help();
             // A spinning caller looks at the flag only every few turns (its request is usually
             // in the holder's batch already); one that may park looks on every turn, so that
             // it never parks without having looked since it last woke.
@@ -195,8 +194,12 @@ impl<P> Server<P> {
                 std::hint::spin_loop();
             } else if wait == Wait::YieldThenPark && spins < SPINS + YIELDS {
                 spins += 1;
+                server.help();
                 yield_now();
             } else {
+                // Before each park (and so after each wake-up, which a holder sends when it
+                // has a job for us): part of a large batch to compute, if there is one.
+                server.help();
                 park(); // the holder that serves us, or makes us its heir, unparks us
             }
         }

@@ -235,9 +235,11 @@ impl Report<'_> {
                  pass read from when no reader holds it), one more 4 MiB stream \
                  than the lock's add in place. At 4 threads combining merged {} \
                  deltas per pass, so a pass read {} tensors and wrote one instead of 3 per \
-                 update; yet the passes moved only {:.1} GB/s against {:.1} GB/s for `c = a + b` \
-                 on both cores: a batch of k deltas from k threads is a (k + 2) x 4 MiB working \
-                 set, larger than the cache that holds the lock's.",
+                 update, and the writers waiting for a pass compute chunks of it (helping, \
+                 `docs/design.md` §8), so that a pass streams on both cores; yet the passes \
+                 moved only {:.1} GB/s against {:.1} GB/s for `c = a + b` on both cores: a \
+                 batch of k deltas from k threads is a (k + 2) x 4 MiB working set, larger than \
+                 the cache that holds the lock's.",
                 short.join(", "),
                 latency(mv1),
                 latency(lock1),
