@@ -40,9 +40,24 @@ use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Handoff, Or
 /// without a job, so the models of `loom/`, whose tensors are scalars, never split one (the
 /// job's atomics took some of them past loom's branch limit); `loom_help.rs` models the
 /// protocol itself.
-pub(crate) const HELP_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 1024 * 1024 };
-/// Bytes of the tensor in one chunk: ~5-10 us of work. Under loom, one element.
-pub(crate) const CHUNK_BYTES: usize = if cfg!(mvtensor_loom) { 4 } else { 128 * 1024 };
+/// Under miri, 16 bytes (the tests' tensors are cut to a few elements there, and the split
+/// pass's raw writes are what miri should see).
+pub(crate) const HELP_BYTES: usize = if cfg!(mvtensor_loom) {
+    5
+} else if cfg!(miri) {
+    16
+} else {
+    1024 * 1024
+};
+/// Bytes of the tensor in one chunk: ~5-10 us of work. Under loom, one element; under miri,
+/// eight bytes.
+pub(crate) const CHUNK_BYTES: usize = if cfg!(mvtensor_loom) {
+    4
+} else if cfg!(miri) {
+    8
+} else {
+    128 * 1024
+};
 
 /// One split pass: `work(i)` computes chunk `i` of `chunks`.
 struct Job<'w> {

@@ -328,6 +328,34 @@ mod tests {
         assert_eq!(out.as_slice().unwrap(), &expected);
     }
 
+    /// A pass split into chunks for helpers (here computed by the holder alone, chunk by
+    /// chunk) writes what one sweep writes, whatever the chunk boundaries cut.
+    #[test]
+    fn a_split_pass_matches_one_sweep() {
+        let n = if cfg!(miri) {
+            11
+        } else {
+            HELP_BYTES / 4 + CHUNK + 3
+        };
+        let base = ArrayD::from_shape_fn(IxDyn(&[n]), |i| i[0] as i32);
+        let d1: Vec<i32> = (0..n).map(|i| (i % 13) as i32).collect();
+        let d2: Vec<i32> = (0..n).map(|i| 3 - (i % 5) as i32).collect();
+        let shape = &[n][..];
+        for deltas in [
+            vec![delta(&d1, shape, Op::Add)],
+            vec![
+                delta(&d1, shape, Op::Sub),
+                delta(&d2, shape, Op::Scaled(-2)),
+            ],
+        ] {
+            let mut one = ArrayD::default(base.raw_dim());
+            apply(&base, &deltas, &mut one);
+            let mut split = ArrayD::default(base.raw_dim());
+            apply_helped(&base, &deltas, &mut split, &Helpers::default(), &|| {});
+            assert_eq!(split, one);
+        }
+    }
+
     #[test]
     fn fused_pass_matches_elementwise_arithmetic() {
         let n = if cfg!(miri) { 10 } else { 3 * CHUNK + 7 };
