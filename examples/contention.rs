@@ -3,11 +3,14 @@
 //! updated in place (the mutex's best case): the same workload, in the same run.
 //!
 //! ```text
-//! cargo run --release --example contention [-- --elements N[,N...] --writers W --readers R --updates U]
+//! cargo run --release --example contention [-- --elements N[,N...] --writers W --readers R --updates U --rounds K]
 //! ```
 //!
-//! Defaults: 65536 elements, 4 writers x 2000 updates, 2 readers. `--elements 65536,1048576`
-//! adds rows for a 4 MiB tensor (about 20 s more on 2 cores).
+//! Defaults: 65536 elements, 4 writers x 2000 updates, 2 readers, 5 rounds. Each round runs
+//! both variants, alternating which goes first; the table shows each variant's median round
+//! (by updates/s), and the summary the median of the rounds' ratios with their range: one
+//! round of a fraction of a second swung between 0.34x and 0.71x from run to run on a
+//! shared 2-core machine. `--elements 65536,1048576` adds rows for a 4 MiB tensor.
 //!
 //! Every writer adds a tensor of ones `U` times, so the final value is exactly
 //! `initial + W * U` everywhere (f32 is exact below 2^24); it is checked element by element,
@@ -73,11 +76,12 @@ struct Config {
     writers: usize,
     readers: usize,
     updates: usize,
+    rounds: usize,
 }
 
 impl Config {
     const USAGE: &'static str =
-        "usage: contention [--elements N[,N...]] [--writers W] [--readers R] [--updates U]";
+        "usage: contention [--elements N[,N...]] [--writers W] [--readers R] [--updates U] [--rounds K]";
 
     fn from_args() -> Result<Self, String> {
         let mut cfg = Config {
@@ -85,6 +89,7 @@ impl Config {
             writers: 4,
             readers: 2,
             updates: 2_000,
+            rounds: 5,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -106,8 +111,12 @@ impl Config {
                 "--writers" => cfg.writers = number(&value)?,
                 "--readers" => cfg.readers = number(&value)?,
                 "--updates" => cfg.updates = number(&value)?,
+                "--rounds" => cfg.rounds = number(&value)?,
                 _ => return Err(format!("unknown argument {flag}\n{}", Self::USAGE)),
             }
+        }
+        if cfg.rounds == 0 {
+            return Err("--rounds must be at least 1".into());
         }
         if cfg.elements.iter().any(|&n| n < READ_SLICE) {
             return Err(format!("--elements must be at least {READ_SLICE}"));
@@ -272,6 +281,17 @@ fn quantile(h: &Histogram<u64>, q: f64) -> Option<u64> {
     (!h.is_empty()).then(|| h.value_at_quantile(q))
 }
 
+/// The round with the median updates/s (its latencies and checks with it); a failed check
+/// in any round is kept, so that the table shows it.
+fn median_round(mut rounds: Vec<Outcome>) -> Outcome {
+    let failed = rounds.iter().position(|o| o.check.is_err());
+    if let Some(i) = failed {
+        return rounds.swap_remove(i);
+    }
+    rounds.sort_by(|a, b| a.updates_per_s.total_cmp(&b.updates_per_s));
+    rounds.swap_remove(rounds.len() / 2)
+}
+
 fn print_row(elements: usize, variant: &str, o: &Outcome) {
     let lat = |q| quantile(&o.latency, q).map_or("-".into(), fmt_latency);
     let check = match &o.check {
@@ -311,32 +331,51 @@ fn main() -> ExitCode {
     let mut summaries = Vec::new();
     for &n in &cfg.elements {
         let initial = ArrayD::from_shape_fn(IxDyn(&[n]), |i| (i[0] % INITIAL_MAX) as f32);
-
-        let variable = Variable::new(initial.clone());
-        let ours = run(&variable, &initial, &cfg);
+        let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut stats = None;
+        for round in 0..cfg.rounds {
+            let mut mv = || {
+                let variable = Variable::new(initial.clone());
+                let outcome = run(&variable, &initial, &cfg);
+                stats = Some(variable.stats());
+                outcome
+            };
+            let mutex = || run(&Mutex::new(initial.clone()), &initial, &cfg);
+            let (a, b) = if round % 2 == 0 {
+                let a = mv();
+                (a, mutex())
+            } else {
+                let b = mutex();
+                (mv(), b)
+            };
+            failed |= a.check.is_err() || b.check.is_err();
+            ratios.push(a.updates_per_s / b.updates_per_s);
+            ours.push(a);
+            theirs.push(b);
+        }
+        let (ours, theirs) = (median_round(ours), median_round(theirs));
         print_row(n, "mvtensor", &ours);
-
-        let mutex = Mutex::new(initial.clone());
-        let theirs = run(&mutex, &initial, &cfg);
         print_row(n, "mutex", &theirs);
-
-        failed |= ours.check.is_err() || theirs.check.is_err();
-        summaries.push((n, ours, theirs, variable.stats()));
+        summaries.push((n, ours, theirs, ratios, stats.expect("at least one round")));
     }
 
     println!();
-    for (n, ours, theirs, stats) in &summaries {
+    for (n, ours, theirs, ratios, stats) in &mut summaries {
         let p99 = |o: &Outcome| quantile(&o.latency, 0.99).map(|ns| ns as f64);
         let p99_ratio = match (p99(ours), p99(theirs)) {
             (Some(a), Some(b)) => format!("{:.3}x", a / b),
             _ => "-".into(),
         };
+        ratios.sort_by(f64::total_cmp);
         println!(
-            "{n:>9} elements: mvtensor/mutex  updates/s {:.2}x, read p99 {p99_ratio} (lower is better)",
-            ours.updates_per_s / theirs.updates_per_s,
+            "{n:>9} elements: mvtensor/mutex  updates/s {:.2}x (median of {} rounds, {:.2}-{:.2}x), read p99 {p99_ratio} (lower is better)",
+            ratios[ratios.len() / 2],
+            ratios.len(),
+            ratios[0],
+            ratios[ratios.len() - 1],
         );
         println!(
-            "{:>9} mvtensor stats: commits {}, cas_retries {}, combined_batches {} (deltas {}, max batch {}), live_versions {}",
+            "{:>9} mvtensor stats (last round): commits {}, cas_retries {}, combined_batches {} (deltas {}, max batch {}), live_versions {}",
             "", stats.commits, stats.cas_retries, stats.combined_batches, stats.combined_deltas,
             stats.max_batch, stats.live_versions,
         );
