@@ -83,7 +83,7 @@ impl<A: Element> Head<A> {
 
     /// The version a snapshot at clock value `at` sees: the newest one committed at or before
     /// `at`, found by walking the `prev` links that writers keep while the snapshot is in
-    /// progress (see [`horizon`](crate::horizon)). Its work is the walk: at most one step
+    /// progress (see [`horizon`]). Its work is the walk: at most one step
     /// per snapshot that ticked the clock since `at`, whatever writers do meanwhile.
     pub(crate) fn visible_at<'g>(&self, at: u64, guard: &'g epoch::Guard) -> At<'g, A> {
         let mut version = self.newest_for_snapshot(guard);

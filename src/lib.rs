@@ -63,7 +63,7 @@
 //!   the versions they show. A reader's pin never frees memory.
 //! * **Any ndarray in, typed arrays out.** Writes take any array or view of any dimension;
 //!   a `Variable<f32, Ix2>`'s snapshots are 2-d arrays (`dot` works). Scalars have their
-//!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`] reads several
+//!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`](fn@read_all) reads several
 //!   variables at one point of the commit order.
 //! * **Combined updates.** Concurrent [`assign_add`](Variable::assign_add)s and
 //!   [`scaled_add`](Variable::scaled_add)s to one variable are summed into one pass and one

@@ -46,7 +46,7 @@ pub struct Snapshot<A: Element, D: Dimension = IxDyn> {
 
 /// How a [`Snapshot`] keeps its version.
 enum Keep<A: Element> {
-    /// A hold slot of this thread (see [`holds`](crate::holds)).
+    /// A hold slot of this thread (see [`holds`]).
     Hold(#[allow(dead_code)] Hold),
     /// A count, when every slot is taken.
     Count(#[allow(dead_code)] VersionRef<A>),

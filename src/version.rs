@@ -6,7 +6,7 @@
 //!
 //! Who holds a version is counted in `refs`: the head's link, each `prev` link, each
 //! [`VersionRef`] (owned snapshots, store snapshots, a transaction's base), and a retired
-//! link whose count waits in [limbo](crate::limbo) for a grace period. The count that drops
+//! link whose count waits in [limbo] for a grace period. The count that drops
 //! to zero hands the version back to its pool; nothing here frees memory while the variable
 //! lives, so a reader that happens to release the last count never runs a destructor.
 
@@ -172,7 +172,7 @@ impl<A: Element> Version<A> {
     }
 
     /// Drops one count; the last one hands the version back to its pool, unless a snapshot
-    /// holds it (see [`holds`](crate::holds)): then the count stays, on the held list.
+    /// holds it (see [`holds`]): then the count stays, on the held list.
     ///
     /// # Safety
     /// The caller owns one count of the version at `ptr`, and gives it up.

@@ -27,7 +27,7 @@ use crate::{Element, Snapshot, Variable};
 /// ranges, in the order the tensors were added.
 ///
 /// Its views work on any slice of the set's length: a snapshot of the variable (from
-/// [`Packed::read`], [`read_all`](crate::read_all) or a store snapshot) or a gradient
+/// [`Packed::read`], [`read_all`](fn@crate::read_all) or a store snapshot) or a gradient
 /// buffer of the caller's ([`zeros`](Self::zeros)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -221,7 +221,7 @@ impl<A: Element> Packed<A> {
     }
 
     /// The variable holding every tensor: for a [`Store`](crate::Store), a
-    /// [`CriticalSection`](crate::CriticalSection) or [`read_all`](crate::read_all).
+    /// [`CriticalSection`](crate::CriticalSection) or [`read_all`](fn@crate::read_all).
     pub fn variable(&self) -> &Variable<A, Ix1> {
         &self.variable
     }

@@ -18,7 +18,7 @@
 //!
 //! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
 //! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
-//! only decrements; the writer finds the zero when it next [`reclaim`](Book::reclaim)s. The
+//! only decrements; the writer finds the zero when it next [`reclaim`](Ledger::reclaim)s. The
 //! book itself lives as long as its variable or any counted table: `holders` counts the
 //! variable and every table with a non-zero count, and the release that takes it to zero
 //! hands the book to the crate's orphan list (one push), which the next writer of any

@@ -63,7 +63,7 @@ pub(crate) struct Entry {
 pub(crate) trait ErasedVariable: Send + Sync {
     fn dtype(&self) -> DType;
     fn info(&self) -> VariableInfo;
-    /// The version a snapshot at clock value `at` sees (see [`Head::visible_at`]).
+    /// The version a snapshot at clock value `at` sees (see [`Head::visible_at`](crate::head::Head::visible_at)).
     fn version_at(&self, at: u64, guard: &epoch::Guard) -> At;
 }
 

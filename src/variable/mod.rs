@@ -1,4 +1,4 @@
-//! [`Variable`]: a shared, versioned tensor. Writes are in [`write`], row operations in
+//! [`Variable`]: a shared, versioned tensor. Writes are in [`write`](mod@write), row operations in
 //! [`rows`], the scalar API in [`scalar`].
 
 mod rows;
