@@ -19,7 +19,10 @@
 //! So either the helper's count is seen by the holder, which waits for it to leave (and its
 //! Release on leaving hands its chunks to the holder's Acquire), or the helper sees the job
 //! gone and touches nothing (Dekker, as in [`serve`](crate::serve)). The job lives on the
-//! holder's stack: nobody reaches it after the holder stops waiting.
+//! holder's stack: nobody reaches it after the holder stops waiting. A holder that panics
+//! in a chunk withdraws the job the same way, on unwind, and publishes nothing; a helper
+//! that panicked would leave its chunk unwritten in a version about to be published, so it
+//! aborts the process instead (the kernel's arithmetic does not panic).
 //!
 //! What it costs: a helper preempted in the middle of a chunk holds the pass up until it
 //! runs again, so chunks are small (a few microseconds each), and only passes over tensors
@@ -181,11 +184,18 @@ impl Drop for Withdraw<'_> {
     }
 }
 
-/// A helper leaving a job (also on unwind).
+/// A helper leaving a job.
 struct Leave<'h>(&'h Helpers);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A chunk panicked (the kernel's arithmetic does not: wrapping integers, IEEE
+            // floats). Unwinding on would publish a version with that chunk unwritten, and
+            // free our own request, still announced, from under its flag holder: abort.
+            eprintln!("mvtensor: a helper panicked in a combining pass; aborting");
+            std::process::abort();
+        }
         // Release: our chunks happen-before the holder's return.
         self.0.inside.fetch_sub(1, Ordering::Release);
     }
