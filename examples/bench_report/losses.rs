@@ -139,6 +139,17 @@ fn cost_why(row: &str) -> &'static str {
          `defer` per grace period). A version per increment is what makes the old value a \
          snapshot and keeps counters in store snapshots and sections; closing the gap needs \
          grace periods cheaper than crossbeam's flush, as for `assign_add 1K`."
+    } else if row.starts_with("read()") {
+        "A read is an epoch pin (crossbeam: one atomic read-modify-write on this thread's \
+         slot, and the thread-local lookups around it), two acquire loads (the head and its \
+         record) and a store to one of this thread's hold slots; dropping the snapshot \
+         clears the slot (~100 instructions in all, by callgrind). The RwLock's read and \
+         unlock are two read-modify-writes on one line. Where those cost ~8 ns each (the \
+         Intel Xeon of earlier reports: 16.8 ns for the lock) the read met the target at \
+         0.63x; where they cost ~2.5 ns (an AMD EPYC: 5.4 ns for the lock) the pin's one \
+         read-modify-write and the instructions around it cost more than the lock's two. \
+         Closing it there needs a read without a read-modify-write, which crossbeam-epoch's \
+         pin does not offer."
     } else if row.starts_with("2 threads") {
         "The two variables share no line but crossbeam-epoch's global state: each thread's \
          batch flush scans the other's epoch slot and collects from the global queue, and \
