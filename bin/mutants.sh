@@ -55,6 +55,8 @@ MUTATIONS=(
   "src/help.rs#self.0.inside.fetch_sub(1, Ordering::Release);#self.0.inside.fetch_sub(1, Ordering::Relaxed);#lib:loom_help"
   "src/help.rs#        fence(Ordering::SeqCst);\n        // Acquire: pairs with the publishing#        // Acquire: pairs with the publishing#lib:loom_help"
   "src/help.rs#        fence(Ordering::SeqCst);\n        let mut backoff#        let mut backoff#lib:loom_help"
+  "src/help.rs#.store(erased.cast::<Job<'static>>().cast_mut(), Ordering::Release);#.store(erased.cast::<Job<'static>>().cast_mut(), Ordering::Relaxed);#lib:loom_help"
+  "src/help.rs#let job = self.job.load(Ordering::Acquire);#let job = self.job.load(Ordering::Relaxed);#lib:loom_help"
 )
 
 only="${1:-}"

@@ -125,9 +125,14 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
         return;
     }
     let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas.iter().map(|d| (d.data, d.op)).collect();
+    fill(out, base, &deltas, 0);
+}
+
+/// Fills `out`, the part of the result from element `start` on, CHUNK by CHUNK.
+fn fill<A: Element>(out: &mut [A], base: &[A], deltas: &[(&[A], Op<A>)], start: usize) {
     for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
-        let range = i * CHUNK..i * CHUNK + chunk.len();
-        fill_chunk(chunk, &base[range.clone()], &deltas, range);
+        let range = start + i * CHUNK..start + i * CHUNK + chunk.len();
+        fill_chunk(chunk, &base[range.clone()], deltas, range);
     }
 }
 
@@ -182,11 +187,7 @@ fn apply_split<A: Element>(
         // are disjoint parts of `out`, which outlives the run (it returns only once every
         // chunk is done and no helper is left).
         let chunk = unsafe { std::slice::from_raw_parts_mut(out.at(range.start), range.len()) };
-        for (j, sub) in chunk.chunks_mut(CHUNK).enumerate() {
-            let start = range.start + j * CHUNK;
-            let sub_range = start..start + sub.len();
-            fill_chunk(sub, &base[sub_range.clone()], &deltas, sub_range);
-        }
+        fill(chunk, base, &deltas, range.start);
     };
     match len.div_ceil(per) {
         1 => work(0), // nothing to share
