@@ -68,7 +68,8 @@ struct Job<'w> {
     chunks: usize,
     next: AtomicUsize,
     work: &'w (dyn Fn(usize) + Sync),
-    /// Every look at the job happens-before the holder's return: loom checks it.
+    /// Every look at the job happens after it is made and before the holder's return: loom
+    /// checks both.
     alive: Handoff,
 }
 
@@ -120,6 +121,9 @@ impl Helpers {
             work,
             alive: Handoff::default(),
         };
+        // The job is made: every look at it must come after (loom checks the Release and
+        // Acquire that publish it).
+        job.alive.touch();
         // The `'static` is erased: see the module docs for why no helper reaches the job
         // after we return.
         let erased: *const Job<'_> = &job;

@@ -6,7 +6,10 @@
 //! returns. So a chunk computed twice fails the assertion, a helper's chunk not ordered
 //! before the holder's return is a reported causality violation, and a helper that looks at
 //! the job after the holder has returned (the job lives on the holder's stack) is one too:
-//! the job's `alive` cell is read by every claim and written by the holder on return.
+//! the job's `alive` cell is read by every claim and written by the holder when it makes
+//! the job and when it returns. A third model runs two jobs one after the other, so that a
+//! helper can see the first in its pre-check and meet the second: only the `Acquire` of its
+//! second look shows it the second job made.
 
 use std::sync::Arc;
 
@@ -24,6 +27,14 @@ struct Chunks([UnsafeCell<u32>; 2]);
 // checks) and read by the holder after `run`.
 unsafe impl Sync for Chunks {}
 
+impl Chunks {
+    /// Computes chunk `i` (a method, so that a closure captures the `Sync` whole).
+    fn compute(&self, i: usize) {
+        // SAFETY: claimed once (what the model checks).
+        self.0[i].with_mut(|c| unsafe { *c += 1 });
+    }
+}
+
 fn model(helpers_count: usize) {
     let helpers = Arc::new(Helpers::default());
     let chunks = Arc::new(Chunks::default());
@@ -33,10 +44,7 @@ fn model(helpers_count: usize) {
             thread::spawn(move || helpers.help())
         })
         .collect();
-    let work = |i: usize| {
-        // SAFETY: claimed once (what the model checks).
-        chunks.0[i].with_mut(|c| unsafe { *c += 1 });
-    };
+    let work = |i: usize| chunks.compute(i);
     helpers.run(2, &work, || {});
     for chunk in &chunks.0 {
         // SAFETY: every helper has left (what the model checks).
@@ -61,4 +69,31 @@ fn a_helped_pass_computes_every_chunk_once_and_outlives_its_helper() {
 #[test]
 fn two_helpers_never_touch_a_withdrawn_job() {
     run_model("help: two helpers", || model(2));
+}
+
+/// Two jobs one after the other (a holder, then the next): a helper whose pre-check saw the
+/// first may meet the second, and must see it made.
+#[test]
+fn a_helper_that_meets_the_next_job_sees_it_made() {
+    run_model("help: two jobs in a row", || {
+        let helpers = Arc::new(Helpers::default());
+        let helper = {
+            let helpers = Arc::clone(&helpers);
+            thread::spawn(move || helpers.help())
+        };
+        for _ in 0..2 {
+            let chunks = Chunks::default();
+            let work = |i: usize| chunks.compute(i);
+            helpers.run(2, &work, || {});
+            for chunk in &chunks.0 {
+                // SAFETY: every helper has left (what the model checks).
+                assert_eq!(
+                    chunk.with(|c| unsafe { *c }),
+                    1,
+                    "a chunk computed twice or never"
+                );
+            }
+        }
+        helper.join().unwrap();
+    });
 }
