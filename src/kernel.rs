@@ -167,11 +167,12 @@ fn apply_split<A: Element>(
     helpers: &Helpers,
     wake: &dyn Fn(),
 ) {
-    let len = out.len();
-    let size = std::mem::size_of::<A>().max(1);
-    if len == 0 || !deltas.iter().all(Delta::is_dense) {
+    // The first delta is dense and large (`apply_helped`), so the tensor is not empty; a
+    // batch that also holds row deltas copies first and then applies them in order.
+    if !deltas.iter().all(Delta::is_dense) {
         return apply(base, deltas, out);
     }
+    let (len, size) = (out.len(), std::mem::size_of::<A>().max(1));
     debug_assert_eq!(out.shape(), base.shape());
     let base = base.as_slice().expect("versions are in standard layout");
     let out = Shared(
