@@ -248,7 +248,7 @@ fn each_into<A: Copy>(out: &mut [A], delta: &[A], f: impl Fn(A, A) -> A) {
 
 /// `out[i] = a[i] ⊕ b[i]`; all three have the same length.
 #[inline(always)]
-fn zip_into<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
+pub(crate) fn zip_into<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
     debug_assert!(out.len() == a.len() && a.len() == b.len());
     match op {
         Op::Add => zip_with(out, a, b, A::add),

@@ -165,12 +165,20 @@ fn bad_input_is_a_typed_error_and_applies_nothing() {
 /// Threads add ones to random rows (Zipf-like: low rows far more often), all at once, while a
 /// reader checks that each snapshot is a state some prefix of the writes produced: every
 /// write adds 1 to two rows, so the table's sum is even and never decreases. At the end each
-/// row holds exactly the number of times it was hit: no update lost.
+/// row holds exactly the number of times it was hit: no update lost. Pages of one row (each
+/// copied fused with its first add, then added to by later deltas of the same pass) and of
+/// four.
 #[test]
 fn concurrent_sparse_writes_lose_nothing() {
+    for rows_per_page in [1, 4] {
+        sparse_writers_and_a_reader(rows_per_page);
+    }
+}
+
+fn sparse_writers_and_a_reader(rows_per_page: usize) {
     let (rows, width, threads, steps) = (scaled(64, 2_000), 8, 4, scaled(30, 2_000));
     let table = PagedVariable::builder(Array2::<i64>::zeros((rows, width)))
-        .rows_per_page(4)
+        .rows_per_page(rows_per_page)
         .build()
         .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -221,7 +229,7 @@ fn concurrent_sparse_writes_lose_nothing() {
                 .index_axis(Axis(0), r)
                 .iter()
                 .all(|&x| x == expected[r]),
-            "row {r}"
+            "row {r}, {rows_per_page} rows a page"
         );
     }
 }

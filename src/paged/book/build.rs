@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::super::table::{Entry, Layout, PagedTable};
 use super::{Ledger, Piece};
-use crate::kernel::{accumulate, Delta};
+use crate::kernel::{accumulate, zip_into, Delta};
 use crate::sync::Ordering;
 use crate::Element;
 
@@ -34,16 +34,23 @@ impl<A: Element> Ledger<A> {
         for rows in deltas.iter().filter_map(|d| d.rows) {
             prefetch_rows(old_ref, &self.layout, rows);
         }
+        // Each delta in arrival order: a page is copied from the head the first time a delta
+        // touches it, and every later delta adds to that copy.
         for delta in deltas {
             match delta.rows {
-                None => (0..pages).for_each(|p| self.own(t, old_ref, p, &mut replaced)),
-                Some(rows) => rows
-                    .iter()
-                    .for_each(|&row| self.own(t, old_ref, row / rows_per_page, &mut replaced)),
+                Some(rows) if self.layout.page_len == self.layout.width && rows_per_page == 1 => {
+                    self.own_and_apply_rows(t, old_ref, rows, delta, &mut replaced);
+                }
+                None => {
+                    (0..pages).for_each(|p| self.own(t, old_ref, p, &mut replaced));
+                    apply(t, &self.layout, delta);
+                }
+                Some(rows) => {
+                    rows.iter()
+                        .for_each(|&row| self.own(t, old_ref, row / rows_per_page, &mut replaced));
+                    apply(t, &self.layout, delta);
+                }
             }
-        }
-        for delta in deltas {
-            apply(t, &self.layout, delta);
         }
         let pages = replaced
             .iter()
@@ -63,6 +70,42 @@ impl<A: Element> Ledger<A> {
         new
     }
 
+    /// A row delta on pages of one row each: every row's page is copied from the head fused
+    /// with its add (one sweep, as a dense pass's first delta is), or added to in place when
+    /// an earlier row or delta of this write copied it already.
+    fn own_and_apply_rows(
+        &mut self,
+        new: &mut PagedTable<A>,
+        old: &PagedTable<A>,
+        rows: &[usize],
+        delta: &Delta<'_, A>,
+        replaced: &mut Vec<Piece<A>>,
+    ) {
+        let width = self.layout.width;
+        if width == 0 {
+            return; // zero-width rows: nothing to copy or add
+        }
+        for (&row, values) in rows.iter().zip(delta.data.chunks_exact(width)) {
+            let (slot, was) = self.own_path(new, old, row, replaced);
+            // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the
+            // old table's page, live and never written, `width` elements like a fresh page,
+            // which is ours; a page already copied by this write is ours too.
+            unsafe {
+                if *slot == was {
+                    let page = self.page();
+                    let out = std::slice::from_raw_parts_mut(page, width);
+                    let base = std::slice::from_raw_parts(was.cast::<A>(), width);
+                    zip_into(out, base, values, delta.op);
+                    replaced.push(Piece::Page(was.cast()));
+                    *slot = page.cast();
+                } else {
+                    let page = std::slice::from_raw_parts_mut((*slot).cast::<A>(), width);
+                    accumulate(page, values, delta.op);
+                }
+            }
+        }
+    }
+
     /// Gives `new` its own copy of page `p` (and of every node on its path), unless it has
     /// one already.
     fn own(
@@ -75,8 +118,31 @@ impl<A: Element> Ledger<A> {
         if self.layout.page_len == 0 {
             return; // zero-width rows: nothing to copy (and empty pages share one address)
         }
-        let (levels, fanout, page_len) =
-            (self.layout.levels, self.layout.fanout, self.layout.page_len);
+        let page_len = self.layout.page_len;
+        let (slot, was) = self.own_path(new, old, p, replaced);
+        // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the old
+        // table's page, live, `page_len` elements like the new one, which is ours.
+        unsafe {
+            if *slot == was {
+                let page = self.page();
+                ptr::copy_nonoverlapping(was.cast::<A>(), page, page_len);
+                replaced.push(Piece::Page(was.cast()));
+                *slot = page.cast();
+            }
+        }
+    }
+
+    /// Gives `new` its own copy of every node on page `p`'s path, unless it has them
+    /// already, and returns the page's entry in the new table's last node and the old
+    /// table's page (equal while the new table still shares the page).
+    fn own_path(
+        &mut self,
+        new: &mut PagedTable<A>,
+        old: &PagedTable<A>,
+        p: usize,
+        replaced: &mut Vec<Piece<A>>,
+    ) -> (*mut Entry, Entry) {
+        let (levels, fanout) = (self.layout.levels, self.layout.fanout);
         let r = self.layout.root_slot(p);
         // Walk both paths down: `slot` is the new table's entry, `was` the old table's. An
         // entry equal to the old one is shared, so copied before anything under it changes.
@@ -97,16 +163,7 @@ impl<A: Element> Ledger<A> {
                 was = *was.cast::<Entry>().add(i);
             }
         }
-        // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the old
-        // table's page, live, `page_len` elements like the new one, which is ours.
-        unsafe {
-            if *slot == was {
-                let page = self.page();
-                ptr::copy_nonoverlapping(was.cast::<A>(), page, page_len);
-                replaced.push(Piece::Page(was.cast()));
-                *slot = page.cast();
-            }
-        }
+        (slot, was)
     }
 
     /// The entry of page `p` in `table`'s nodes, adding empty nodes where its path has none
