@@ -24,7 +24,7 @@ MUTATIONS=(
   "src/announce.rs#self.busy.store(false, Ordering::Release);#self.busy.store(false, Ordering::Relaxed);#combine section lib:loom_serve"
   "src/ticket.rs#self.serving.store(number + 1, Ordering::Release);#self.serving.store(number + 1, Ordering::Relaxed);#section lib:loom_ticket"
   "src/record.rs#clock().fetch_add(1, Ordering::AcqRel)#clock().fetch_add(1, Ordering::Relaxed)#snapshot lib:loom_horizon"
-  "src/paged/mod.rs#guard.defer(move || {#(move || {#paged"
+  "src/paged/book.rs#if !clock.passed(front.point) {#if false && !clock.passed(front.point) {#paged"
   "src/paged/mod.rs#self.head.store(new, Ordering::Release)#self.head.store(new, Ordering::Relaxed)#paged"
   "src/version.rs#            if is_held {#            if false {#version"
   "src/ticket.rs#while self.serving.load(Ordering::Acquire) != number#while self.serving.load(Ordering::Relaxed) != number#lib:loom_ticket"
@@ -57,6 +57,7 @@ MUTATIONS=(
   "src/help.rs#        fence(Ordering::SeqCst);\n        let mut backoff#        let mut backoff#lib:loom_help"
   "src/help.rs#.store(erased.cast::<Job<'static>>().cast_mut(), Ordering::Release);#.store(erased.cast::<Job<'static>>().cast_mut(), Ordering::Relaxed);#lib:loom_help"
   "src/help.rs#let job = self.job.load(Ordering::Acquire);#let job = self.job.load(Ordering::Relaxed);#lib:loom_help"
+  "src/paged/book.rs#self.tables[at].point = book.clock.seal_point();#self.tables[at].point = (book.clock.seal_point() - 1).max(1);#paged"
 )
 
 only="${1:-}"

@@ -21,6 +21,12 @@
 //! The clock lives in the thread's hold block ([`holds`](crate::holds)), which is never freed
 //! and goes to the next new thread once its own exits: a tick still in flight then may store
 //! its number after the exit, and the next owner carries the count on from there.
+//!
+//! A paged variable's book has a clock of its own, advanced by whichever thread holds the
+//! variable's flag (the flag hands `deferred` from holder to holder), so that the tables its
+//! writes replace wait for the variable's next writes, not for one thread's
+//! (`paged::book::Ledger::retire_head`); a tick in flight keeps
+//! the book alive.
 
 use crate::sync::{epoch, AtomicU64, Ordering};
 
@@ -75,17 +81,36 @@ impl Clock {
     }
 
     fn flush_after(&'static self, defer: bool, guard: &epoch::Guard) {
-        if defer {
-            let tick = self.deferred.load(Ordering::Relaxed) + 1;
-            // Relaxed: only this thread reads it, until the hand-over's Release.
-            self.deferred.store(tick, Ordering::Relaxed);
-            guard.defer(move || {
-                // Release: see `passed`. The clock is never freed (it lives in a hold block).
-                self.done.fetch_max(tick, Ordering::Release);
-            });
+        if let Some(tick) = self.next_tick(defer) {
+            // The clock is never freed (it lives in a hold block).
+            guard.defer(move || self.ran(tick));
         }
         if !cfg!(mvtensor_loom) {
             guard.flush();
         }
+    }
+
+    /// The number of the next tick to defer, counted as deferred, if `always` or if every
+    /// tick deferred before has run; `None` if one is still in flight. For an owner whose
+    /// clock is not `'static` (a paged variable's book): it defers the tick itself, with what
+    /// keeps the clock alive until the tick has [`ran`](Self::ran). Only one thread at a time
+    /// may call it (the owner of the clock).
+    pub(crate) fn next_tick(&self, always: bool) -> Option<u64> {
+        // Relaxed: the decision only; a tick still in flight just makes us wait for it.
+        let idle = self.done.load(Ordering::Relaxed) == self.deferred.load(Ordering::Relaxed);
+        if !(always || idle) {
+            return None;
+        }
+        // Relaxed: only the owner reads it, until a hand-over (a new thread, or the next
+        // holder of a variable's flag) orders it.
+        let tick = self.deferred.load(Ordering::Relaxed) + 1;
+        self.deferred.store(tick, Ordering::Relaxed);
+        Some(tick)
+    }
+
+    /// Tick `tick` ran: its grace period is over. Called from the deferred function.
+    pub(crate) fn ran(&self, tick: u64) {
+        // Release: see `passed`.
+        self.done.fetch_max(tick, Ordering::Release);
     }
 }

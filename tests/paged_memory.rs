@@ -28,7 +28,7 @@ fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
             .collect();
         table.scatter_add(&ids, &grads).unwrap();
     };
-    // The bound of `PagedVariable`'s docs: the table, about two writes waiting out the
+    // The bound of `PagedVariable`'s docs: the table, about three writes waiting out the
     // grace period (the write in progress counted too), and `3k + 8` spares, for `k` pages
     // replaced per write. Here `k` is at most 32, and every bound is checked on every write.
     let bound = stats.table_pages + 4 * k + (3 * k + 8);

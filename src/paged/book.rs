@@ -33,8 +33,9 @@ use std::sync::Arc;
 mod build;
 
 use super::table::{Entry, Layout, Node, Page, PagedTable};
+use crate::grace::Clock;
 use crate::pool::{orphan, Link};
-use crate::sync::{fence, AtomicUsize, Handoff, Ordering};
+use crate::sync::{epoch, fence, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
 /// Spare tables (each with its root) a book keeps.
@@ -44,6 +45,10 @@ const SPARE_TABLES: usize = 4;
 struct Kept<A: Element> {
     table: *mut PagedTable<A>,
     last_used: Vec<Piece<A>>,
+    /// Once the table is no longer the head: the tick of the book's clock after which the
+    /// head's count of it is released ([`Ledger::retire_head`]); 0 while it is the head, or
+    /// once that count is released.
+    point: u64,
 }
 
 enum Piece<A> {
@@ -56,8 +61,10 @@ enum Piece<A> {
 #[repr(C)] // `link` first: the orphan list holds books by it
 pub(crate) struct Book<A: Element> {
     link: Link,
-    /// The variable, plus every table whose count is not zero.
+    /// The variable, every table whose count is not zero, and every tick in flight.
     holders: AtomicUsize,
+    /// Grace periods of the heads this book's writes replaced ([`Ledger::retire_head`]).
+    clock: Clock,
     ledger: UnsafeCell<Ledger<A>>,
     /// Pages allocated and not freed (in tables, waiting, or spare), for `stats`.
     pub(crate) pages: Arc<AtomicUsize>,
@@ -88,6 +95,7 @@ impl<A: Element> Book<A> {
         let book = Box::into_raw(Box::new(Self {
             link: Link::new::<Self>(),
             holders: AtomicUsize::new(2),
+            clock: Clock::default(),
             ledger: UnsafeCell::new(Ledger {
                 book: ptr::null(),
                 layout: Arc::clone(&layout),
@@ -139,8 +147,19 @@ impl<A: Element> Ledger<A> {
     /// Reuses, oldest first, every table whose count is zero and whose elders are all
     /// reused, with the nodes and pages it was last to use; then trims the spares.
     pub(crate) fn reclaim(&mut self) {
+        // SAFETY: the book outlives its ledger.
+        let clock = &unsafe { &*self.book }.clock;
         while self.tables.len() > 1 {
-            let front = self.tables.front().expect("len > 1");
+            let front = self.tables.front_mut().expect("len > 1");
+            if front.point != 0 {
+                if !clock.passed(front.point) {
+                    break;
+                }
+                front.point = 0;
+                // SAFETY: the head's count, which the book kept until the grace period of
+                // the write that replaced the table was over (`passed` acquired it).
+                unsafe { release(front.table) };
+            }
             // SAFETY: kept tables are alive (the book owns them).
             // Acquire: pairs with the Release decrement of its last holder, whose reads of
             // the table's pages then happen-before we reuse them.
@@ -150,6 +169,7 @@ impl<A: Element> Ledger<A> {
             let Kept {
                 table,
                 mut last_used,
+                ..
             } = self.tables.pop_front().expect("len > 1");
             for piece in last_used.drain(..) {
                 match piece {
@@ -177,9 +197,56 @@ impl<A: Element> Ledger<A> {
         self.spare_lists.truncate(SPARE_TABLES);
     }
 
+    /// Gives up the head's count of the table the last [`build`](Self::build) replaced,
+    /// once every thread pinned now has unpinned: at the next tick of the book's clock
+    /// ([`grace`](crate::grace)), which [`reclaim`](Self::reclaim) looks at. A tick is
+    /// deferred only when none is in flight, so the writes of one grace period share one:
+    /// each deferred call costs its thread's `flush` a bag moved to crossbeam's global queue
+    /// (a node allocated here and freed by whichever thread collects it), where a flush with
+    /// nothing deferred only collects and pushes the epoch along.
+    ///
+    /// Must be called right after the new head is published, before the next `build`.
+    pub(crate) fn retire_head(&mut self, guard: &epoch::Guard) {
+        // SAFETY: the book outlives its ledger.
+        let book = unsafe { &*self.book };
+        let at = self.tables.len() - 2; // the head's predecessor: the table just replaced
+        self.tables[at].point = book.clock.seal_point();
+        if let Some(tick) = book.clock.next_tick(false) {
+            // Relaxed: we are a holder (through the variable), so the book is alive; the tick
+            // gives its hold up with a Release decrement.
+            book.holders.fetch_add(1, Ordering::Relaxed);
+            let tick_of = Ticking(self.book);
+            guard.defer(move || {
+                let tick_of = tick_of;
+                // SAFETY: the tick's hold keeps the book alive until `let_go`.
+                unsafe {
+                    (*tick_of.0).clock.ran(tick);
+                    let_go(tick_of.0);
+                }
+            });
+        }
+        guard.flush();
+    }
+
+    /// The tables whose head count is still the book's (replaced, their grace period not
+    /// seen over): the variable's drop hands each to crossbeam-epoch.
+    pub(crate) fn take_head_counts(&mut self) -> impl Iterator<Item = *mut PagedTable<A>> + '_ {
+        self.tables
+            .iter_mut()
+            .filter(|kept| kept.point != 0)
+            .map(|kept| {
+                kept.point = 0;
+                kept.table
+            })
+    }
+
     fn keep(&mut self, table: *mut PagedTable<A>) {
         let last_used = self.spare_lists.pop().unwrap_or_default();
-        self.tables.push_back(Kept { table, last_used });
+        self.tables.push_back(Kept {
+            table,
+            last_used,
+            point: 0,
+        });
     }
 
     /// A table struct with a root of the layout's length (contents stale), count 1.
@@ -246,6 +313,13 @@ impl<A: Element> Ledger<A> {
         unsafe { free_node(node, self.layout.fanout) };
     }
 }
+
+/// A book whose tick is in flight, for the deferred call that ends it.
+struct Ticking<A: Element>(*const Book<A>);
+
+// SAFETY: the call only stores the tick's number in the book's clock (atomic) and gives up
+// its hold (an atomic decrement, at most an orphan push), on whichever thread runs it.
+unsafe impl<A: Element> Send for Ticking<A> {}
 
 /// # Safety
 /// `node` came from [`Ledger::node`] of a layout of `fanout`, and is ours alone.

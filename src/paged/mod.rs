@@ -66,7 +66,7 @@ use crate::Element;
 ///
 /// **Memory.** With no snapshot held, a paged variable owns its current pages, the pages
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
-/// write pushes the epoch forward, so about two writes' worth), at most `3k + 8` spare
+/// write pushes the epoch forward, so about three writes' worth), at most `3k + 8` spare
 /// pages, `k` being the pages the last write replaced, and at most `3n + 8` spare nodes, `n`
 /// being the nodes it replaced. An [`OwnedPagedSnapshot`] keeps its version's pages, and
 /// (versions are reused oldest first) the pages every later write replaced, until it is
@@ -363,19 +363,15 @@ impl<A: Element> Publish<A> for Inner<A> {
         let version = unsafe { &*new }.number;
         // Release: publishes the new table, its nodes and pages, to readers' Acquire loads.
         self.head.store(new, Ordering::Release);
-        retire(old);
+        book.retire_head(&epoch::pin());
         free_orphans();
         Some(version)
     }
 }
 
-/// Releases the head's count of a table that is no longer the head, once every thread
-/// pinned now has unpinned, and pushes the epoch forward so that it comes back within a
-/// couple of writes. On every write: the deferred release sits in the bag of the thread that
-/// held the flag, and the book reuses oldest first, so a write that skipped the flush could
-/// hold every later table back until its thread next holds the flag (measured with a flush
-/// only once four tables waited: 8% cheaper alone on a table in cache, but 2-8 threads fell
-/// from ~330 k to 30-100 k updates/s).
+/// Releases the head's count of a table once every thread pinned now has unpinned: for the
+/// tables whose count the book still holds when the variable is dropped (while it lives, the
+/// book's grace clock does it: [`Ledger::retire_head`](book::Ledger::retire_head)).
 fn retire<A: Element>(table: *mut PagedTable<A>) {
     struct Retired<A: Element>(*mut PagedTable<A>);
     // SAFETY: the count it carries is released on whichever thread runs it; the release is
@@ -393,6 +389,9 @@ fn retire<A: Element>(table: *mut PagedTable<A>) {
 
 impl<A: Element> Drop for Inner<A> {
     fn drop(&mut self) {
+        // SAFETY: `&mut self`: no writer is left, and the book is alive while we hold it.
+        let ledger = unsafe { (*self.book).ledger() };
+        ledger.take_head_counts().for_each(retire);
         // Relaxed: `&mut self`; no writer is left.
         retire(self.head.load(Ordering::Relaxed));
         // SAFETY: the variable's own hold on its book, given up once.
