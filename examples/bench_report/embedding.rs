@@ -176,17 +176,26 @@ impl Report<'_> {
                  level of 64-pointer nodes (28 KiB of pointers a write), two levels of 16 or \
                  32 (11-17 KiB) and three of 8 or 16 all measured within 10% of one another \
                  on one thread; on a table that fits in the cache (2,000 rows) an update costs \
-                 ~1.4 us against ~0.33 us for the lock, the fixed cost of a version per \
+                 ~1.3 us against ~0.39 us for the lock, the fixed cost of a version per \
                  write (combining, the book, the retirement). A page of one row is copied \
                  fused with its add (one sweep instead of a copy and an add: 15% less CPU \
-                 per Zipf update, ~5% uniform). With more threads \
-                 the ratio follows the one-thread cost (the worst cell: {:.2}x, {} threads, \
-                 {}): on {} cores no variant runs much more than one update at a time, and \
-                 mvtensor's combined pass runs on one core while its waiters spin (spinning \
-                 beat yielding and parking waiters for paged writes when measured: 70-150 k \
-                 against 58-107 k updates/s at 2-8 threads). What would close it: letting \
-                 waiters walk and copy their own pages while a pass runs (the misses of two \
-                 cores instead of one) and a cheaper version per write.",
+                 per Zipf update, ~5% uniform), and replaced tables wait for a tick of the \
+                 book's own grace clock instead of a deferred release and a flushed bag per \
+                 write (~8% less on the table in cache). The locks' CPU per update moves \
+                 with what ran before it: measured alone, one variant after another, the \
+                 locks took 570-630 ns per Zipf update against mvtensor's 2,050 (3.6x). \
+                 With more threads (the worst cell: {:.2}x, {} threads, {}): on {} cores \
+                 no variant runs much more than one update at a time; mvtensor's pass runs \
+                 on one core while its waiters spin, and with 8 threads the holder shares \
+                 its core with yielding waiters, where a mutex's waiters sleep and its \
+                 holder takes it straight back. Waiters that park or yield first do worse: \
+                 measured (Zipf, medians of 5 runs of 200 ms) spinning 433/383/370 k \
+                 updates/s at 2/4/8 threads, yielding then parking 270-336/162-164/130-133 k, \
+                 parking 195-334/133-202/126-141 k: a wake-up costs more than a ~2 us pass. \
+                 What would close it: letting waiters walk and copy their own pages while a \
+                 pass runs (the misses of two cores instead of one), a cheaper version per \
+                 write, and waiters that step aside without a wake-up on the holder's path \
+                 when there are more writers than cores.",
                 latency(mv_u),
                 latency(lock_u),
                 worst_threads.0,
