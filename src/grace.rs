@@ -68,9 +68,7 @@ impl Clock {
     /// every write made the store-snapshot models run for tens of minutes. The models that
     /// check reuse flush themselves.
     pub(crate) fn advance(&'static self, guard: &epoch::Guard) {
-        // Relaxed: the decision only; a tick still in flight just makes us wait for it.
-        let idle = self.done.load(Ordering::Relaxed) == self.deferred.load(Ordering::Relaxed);
-        self.flush_after(idle, guard);
+        self.flush_after(false, guard);
     }
 
     /// Like [`advance`](Self::advance), but defers the next tick even if others are in
@@ -80,8 +78,8 @@ impl Clock {
         self.flush_after(true, guard);
     }
 
-    fn flush_after(&'static self, defer: bool, guard: &epoch::Guard) {
-        if let Some(tick) = self.next_tick(defer) {
+    fn flush_after(&'static self, always: bool, guard: &epoch::Guard) {
+        if let Some(tick) = self.next_tick(always) {
             // The clock is never freed (it lives in a hold block).
             guard.defer(move || self.ran(tick));
         }
@@ -96,16 +94,16 @@ impl Clock {
     /// keeps the clock alive until the tick has [`ran`](Self::ran). Only one thread at a time
     /// may call it (the owner of the clock).
     pub(crate) fn next_tick(&self, always: bool) -> Option<u64> {
+        // Relaxed: only the owner writes it, and reads it until a hand-over (a new thread,
+        // or the next holder of a variable's flag) orders it. (One load each, and `done`
+        // only when it matters: every atomic access is a branch point of the loom models.)
+        let deferred = self.deferred.load(Ordering::Relaxed);
         // Relaxed: the decision only; a tick still in flight just makes us wait for it.
-        let idle = self.done.load(Ordering::Relaxed) == self.deferred.load(Ordering::Relaxed);
-        if !(always || idle) {
+        if !always && self.done.load(Ordering::Relaxed) != deferred {
             return None;
         }
-        // Relaxed: only the owner reads it, until a hand-over (a new thread, or the next
-        // holder of a variable's flag) orders it.
-        let tick = self.deferred.load(Ordering::Relaxed) + 1;
-        self.deferred.store(tick, Ordering::Relaxed);
-        Some(tick)
+        self.deferred.store(deferred + 1, Ordering::Relaxed);
+        Some(deferred + 1)
     }
 
     /// Tick `tick` ran: its grace period is over. Called from the deferred function.
