@@ -102,8 +102,8 @@ impl Serve<Job> for SectionInner {
     fn serve(&self, batch: &mut [&mut Job], _: &Waiters<'_>) -> u64 {
         let tickets = self.enter();
         // SAFETY: `serve` runs with the batch flag held.
-        let slots = unsafe { self.slots.get() };
-        let mut txn = Txn::new(&self.name, &self.resources, &self.ids, slots);
+        let (slots, records) = unsafe { (self.slots.get(), self.records.get()) };
+        let mut txn = Txn::new(&self.name, &self.resources, &self.ids, slots, records);
         for job in batch.iter() {
             txn.begin();
             // SAFETY: a job's closure is used by nobody else (its caller waits until the

@@ -21,6 +21,7 @@ mod guards;
 mod slot;
 mod txn;
 
+use std::cell::RefCell;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use txn::Txn;
 
 use crate::error::Error;
 use crate::limbo::reclaim_now;
+use crate::record::SharedRecords;
 use crate::running::{Inside, Running};
 use crate::stats::SectionStats;
 use crate::sync::next_id;
@@ -96,6 +98,8 @@ struct SectionInner {
     /// What a batch does with each resource (same order); only the batch flag's holder
     /// touches them.
     slots: FlagHeld<Vec<Box<dyn AnySlot>>>,
+    /// Commit records of batches that write several variables, reused.
+    records: FlagHeld<RefCell<SharedRecords>>,
     /// Orders the executions of a section without resources.
     own_queue: TicketQueue,
     /// Executions waiting to run in the next batch.
@@ -179,6 +183,7 @@ impl CriticalSectionBuilder {
                 ids: resources.iter().map(|r| r.id()).collect(),
                 resources,
                 slots: FlagHeld(slots),
+                records: FlagHeld(RefCell::default()),
                 own_queue: TicketQueue::default(),
                 batcher: Batcher::default(),
             }),

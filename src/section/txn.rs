@@ -14,7 +14,7 @@ use super::Resource;
 use crate::dim::{Shown, ShownMut};
 use crate::error::{same_shape, Error, Result};
 use crate::kernel::{self, standard_elements, Delta, Op};
-use crate::record::CommitRecord;
+use crate::record::SharedRecords;
 use crate::sync::epoch;
 use crate::version::VersionRef;
 use crate::{Element, Variable};
@@ -75,6 +75,8 @@ pub struct Txn<'s> {
     /// (a plain slice: no virtual call per probe).
     ids: &'s [u64],
     slots: &'s [Box<dyn AnySlot>],
+    /// The section's shared commit records, for a commit of several variables.
+    records: &'s RefCell<SharedRecords>,
     /// Variables outside the resource set, as this execution first read them.
     outside: RefCell<SmallVec<[Seen; 2]>>,
     guard: epoch::Guard,
@@ -89,6 +91,7 @@ impl<'s> Txn<'s> {
         resources: &'s [Arc<dyn Resource>],
         ids: &'s [u64],
         slots: &'s [Box<dyn AnySlot>],
+        records: &'s RefCell<SharedRecords>,
     ) -> Self {
         debug_assert!(resources.iter().map(|r| r.id()).eq(ids.iter().copied()));
         Self {
@@ -96,6 +99,7 @@ impl<'s> Txn<'s> {
             resources,
             ids,
             slots,
+            records,
             outside: RefCell::default(),
             guard: epoch::pin(),
         }
@@ -393,7 +397,7 @@ impl<'s> Txn<'s> {
         }
         let staged = || self.slots.iter().filter(|s| s.staged());
         staged().for_each(|s| s.check(guard));
-        let record = Arc::new(CommitRecord::pending());
+        let record = self.records.borrow_mut().pending();
         staged().for_each(|s| s.install(&record, guard));
         record.commit();
         self.slots.iter().for_each(|s| s.finish(guard));
