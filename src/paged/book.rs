@@ -16,11 +16,14 @@
 //! docs/design.md), at most `3k + 8` spare pages, `k` being the pages the last write
 //! replaced, and at most `3n + 8` spare nodes, `n` being the nodes it replaced.
 //!
-//! **Counts, and a reader's pin.** A table's count drops from any thread: a retired head link
-//! (crossbeam-epoch runs it, possibly inside a reader's pin) or an owned snapshot. Dropping it
-//! only decrements; the writer finds the zero when it next [`reclaim`](Ledger::reclaim)s. The
-//! book itself lives as long as its variable or any counted table: `holders` counts the
-//! variable and every table with a non-zero count, and the release that takes it to zero
+//! **Counts, and a reader's pin.** A table's count holds the head's link and each owned
+//! snapshot. A replaced head's count is given up by the writer itself, in
+//! [`reclaim`](Ledger::reclaim), once a tick of the book's grace clock deferred after the
+//! swap has run ([`retire_head`](Ledger::retire_head)); an owned snapshot's drops from any
+//! thread. Dropping it only decrements; the writer finds the zero when it next reclaims. A
+//! tick (crossbeam-epoch runs it, possibly inside a reader's pin) only stores its number. The
+//! book itself lives as long as its variable, any counted table or any tick in flight:
+//! `holders` counts them, and the release that takes it to zero
 //! hands the book to the crate's orphan list (one push), which the next writer of any
 //! variable frees once the epoch lets the last table go. A reader's pin never frees memory,
 //! takes a lock or runs a destructor of ours (under loom, orphans are freed at once).
