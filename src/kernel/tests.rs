@@ -113,6 +113,28 @@ fn non_standard_layouts_are_read_in_logical_order() {
     assert!(matches!(standard_elements(&base), Cow::Borrowed(_)));
 }
 
+/// Vectors take the one-axis path: borrowed when in order (a view from an offset, a single
+/// element at any stride, an empty one), copied in logical order otherwise.
+#[test]
+fn vectors_are_borrowed_only_when_in_order() {
+    let v = ArrayD::from_shape_vec(IxDyn(&[6]), vec![0.0f32, 1., 2., 3., 4., 5.]).unwrap();
+    let tail = v.slice(ndarray::s![2..]);
+    assert!(matches!(
+        standard_elements(&tail),
+        Cow::Borrowed(&[2., 3., 4., 5.])
+    ));
+    let one = v.slice(ndarray::s![3..4;5]);
+    assert!(matches!(standard_elements(&one), Cow::Borrowed(&[3.])));
+    let empty = v.slice(ndarray::s![4..4]);
+    assert!(matches!(standard_elements(&empty), Cow::Borrowed(&[])));
+    let every_other = v.slice(ndarray::s![..;2]);
+    let copied = standard_elements(&every_other);
+    assert!(matches!(copied, Cow::Owned(_)));
+    assert_eq!(&*copied, &[0., 2., 4.]);
+    let reversed = v.slice(ndarray::s![..;-1]);
+    assert_eq!(&*standard_elements(&reversed), &[5., 4., 3., 2., 1., 0.]);
+}
+
 #[test]
 fn integer_overflow_wraps_instead_of_panicking() {
     let base = ArrayD::from_elem(IxDyn(&[3]), i32::MAX);
