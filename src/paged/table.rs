@@ -166,7 +166,8 @@ pub struct PagedTable<A: Element> {
     pub(crate) number: u64,
     /// `layout.root_len` entries: the top level's nodes.
     pub(crate) root: Box<[Entry]>,
-    /// The head's link, each owned snapshot, and a retired link waiting out its grace period.
+    /// The head's link (kept by the book after a write replaces it, until its grace tick has
+    /// run), and each owned snapshot.
     pub(crate) refs: AtomicUsize,
     /// The book that owns this table's pages (see `book::release`); set once.
     pub(crate) book: *const super::book::Book<A>,
