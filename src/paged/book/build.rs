@@ -38,7 +38,7 @@ impl<A: Element> Ledger<A> {
         // touches it, and every later delta adds to that copy.
         for delta in deltas {
             match delta.rows {
-                Some(rows) if self.layout.page_len == self.layout.width && rows_per_page == 1 => {
+                Some(rows) if rows_per_page == 1 => {
                     self.own_and_apply_rows(t, old_ref, rows, delta, &mut replaced);
                 }
                 None => {
@@ -87,20 +87,21 @@ impl<A: Element> Ledger<A> {
         }
         for (&row, values) in rows.iter().zip(delta.data.chunks_exact(width)) {
             let (slot, was) = self.own_path(new, old, row, replaced);
-            // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the
-            // old table's page, live and never written, `width` elements like a fresh page,
-            // which is ours; a page already copied by this write is ours too.
+            // SAFETY: a page of one row has `width` elements; the fresh one and one this write
+            // copied already are the new table's alone, and `was` is live and never written.
             unsafe {
-                if *slot == was {
-                    let page = self.page();
-                    let out = std::slice::from_raw_parts_mut(page, width);
-                    let base = std::slice::from_raw_parts(was.cast::<A>(), width);
-                    zip_into(out, base, values, delta.op);
-                    replaced.push(Piece::Page(was.cast()));
-                    *slot = page.cast();
-                } else {
-                    let page = std::slice::from_raw_parts_mut((*slot).cast::<A>(), width);
-                    accumulate(page, values, delta.op);
+                match self.replace_page(slot, was, replaced) {
+                    Some(page) => zip_into(
+                        std::slice::from_raw_parts_mut(page, width),
+                        std::slice::from_raw_parts(was.cast::<A>(), width),
+                        values,
+                        delta.op,
+                    ),
+                    None => accumulate(
+                        std::slice::from_raw_parts_mut((*slot).cast::<A>(), width),
+                        values,
+                        delta.op,
+                    ),
                 }
             }
         }
@@ -118,17 +119,38 @@ impl<A: Element> Ledger<A> {
         if self.layout.page_len == 0 {
             return; // zero-width rows: nothing to copy (and empty pages share one address)
         }
-        let page_len = self.layout.page_len;
         let (slot, was) = self.own_path(new, old, p, replaced);
-        // SAFETY: `slot` is the page's entry in a node the new table owns; `was` is the old
-        // table's page, live, `page_len` elements like the new one, which is ours.
+        // SAFETY: as `replace_page` asks; `was` is live, `page_len` elements like the fresh
+        // page, which is ours.
         unsafe {
-            if *slot == was {
-                let page = self.page();
-                ptr::copy_nonoverlapping(was.cast::<A>(), page, page_len);
-                replaced.push(Piece::Page(was.cast()));
-                *slot = page.cast();
+            if let Some(page) = self.replace_page(slot, was, replaced) {
+                ptr::copy_nonoverlapping(was.cast::<A>(), page, self.layout.page_len);
             }
+        }
+    }
+
+    /// Puts a fresh page (contents stale, for the caller to fill) at `slot` if the new table
+    /// still shares the old one, `was`, which the write then replaced; `None` if the new
+    /// table has its own page there already.
+    ///
+    /// # Safety
+    /// `slot` is a page's entry in a node the new table owns, `was` that page's entry in the
+    /// old table (as [`own_path`](Self::own_path) returns them).
+    unsafe fn replace_page(
+        &mut self,
+        slot: *mut Entry,
+        was: Entry,
+        replaced: &mut Vec<Piece<A>>,
+    ) -> Option<*mut A> {
+        // SAFETY: the caller's contract: the new table's node, ours to read and write.
+        unsafe {
+            if *slot != was {
+                return None;
+            }
+            let page = self.page();
+            replaced.push(Piece::Page(was.cast()));
+            *slot = page.cast();
+            Some(page)
         }
     }
 
