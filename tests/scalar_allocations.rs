@@ -3,30 +3,10 @@
 //! than once per call. What remains is crossbeam-epoch's own bookkeeping: a bag node each
 //! time a batch of retired versions is handed to it (one per 32 writes here).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod counting;
 
+use counting::allocations;
 use mvtensor::Variable;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn steady_scalar_writes_do_not_allocate() {
@@ -35,12 +15,12 @@ fn steady_scalar_writes_do_not_allocate() {
     for _ in 0..writes {
         step.fetch_add(1).unwrap(); // warm: the pool fills
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..writes {
         step.fetch_add(1).unwrap();
         step.set(7).unwrap();
     }
-    let per_write = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / (2 * writes) as f64;
+    let per_write = (allocations() - before) as f64 / (2 * writes) as f64;
     assert_eq!(step.get(), 7);
     // An array per write would be at least 1.0 (`fetch_update` allocates 2).
     assert!(per_write < 0.1, "{per_write} allocations per scalar write");

@@ -5,31 +5,11 @@
 //! remains is crossbeam-epoch's own bookkeeping: a bag node each time a batch of retired
 //! versions is handed to it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod counting;
 
+use counting::allocations;
 use mvtensor::{CriticalSection, Variable};
 use ndarray::Array1;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn steady_executions_over_two_variables_do_not_allocate() {
@@ -53,11 +33,11 @@ fn steady_executions_over_two_variables_do_not_allocate() {
     for _ in 0..executions {
         step(); // warm: the pools and the section's records fill
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..executions {
         step();
     }
-    let per_execution = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / executions as f64;
+    let per_execution = (allocations() - before) as f64 / executions as f64;
     let total = (2 * executions) as f32;
     assert_eq!((a.read()[0], b.read()[0]), (total, -total));
     // A record per execution would be at least 1.0. (Under miri the 300 warm executions do
