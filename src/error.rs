@@ -272,9 +272,13 @@ pub(crate) fn check_rows(
     rows: &[usize],
 ) -> Result<()> {
     check_has_rows(variable, shape)?;
-    let mut expected = vec![indices.len()];
-    expected.extend_from_slice(&shape[1..]);
-    if !same_shape(&expected, rows) {
+    // Compared in place: a steady row write allocates nothing (the shape is built on error).
+    let fits = rows.len() == shape.len()
+        && rows[0] == indices.len()
+        && same_shape(&shape[1..], &rows[1..]);
+    if !fits {
+        let mut expected = vec![indices.len()];
+        expected.extend_from_slice(&shape[1..]);
         return Err(Error::ShapeMismatch {
             variable: variable.to_owned(),
             expected,
