@@ -297,7 +297,10 @@ pub fn run(
 
 /// Thread CPU time of one update and of one 32-row gather, on one thread, per operation:
 /// the mean over `ops` operations of each (arc-swap, which copies 25 MiB per update, does a
-/// fiftieth as many updates).
+/// fiftieth as many updates), after a warm-up of one pass over the index stream, so that
+/// every variant is measured in its steady state: its hot rows cached, its pools full.
+/// (A warm-up of 64 updates before 200 measured ones timed the locks' first touches of
+/// cold rows: 1.5-2.4x their steady cost per Zipf update, which flattered mvtensor.)
 pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Duration, Duration) {
     let table = variant.table();
     let updates = if variant == EmbeddingVariant::ArcSwap {
@@ -311,8 +314,13 @@ pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Du
         let at = (i * K) % (STREAM - K);
         &ids[at..at + K]
     };
-    for i in 0..updates.min(64) {
-        table.add(slice(i), &ones); // warm: pools, page faults
+    let warm = if variant == EmbeddingVariant::ArcSwap {
+        3
+    } else {
+        STREAM / K
+    };
+    for i in 0..warm {
+        table.add(slice(i), &ones); // warm: hot rows, pools, page faults
     }
     let per_op = |n: usize, f: &dyn Fn(usize)| {
         let start = thread_cpu_ns();

@@ -256,7 +256,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         let mut costs: HashMap<EmbeddingVariant, Vec<(Duration, Duration)>> = HashMap::new();
         for round in 0..plan.rounds {
             for variant in rotated(&EmbeddingVariant::ALL, round) {
-                let ops = (200.0 * plan.costs.scale).max(20.0) as usize;
+                let ops = (2048.0 * plan.costs.scale).max(200.0) as usize;
                 costs
                     .entry(variant)
                     .or_default()
