@@ -212,27 +212,43 @@ impl<A: Element> Ledger<A> {
 
 /// Asks the processor for the nodes and pages a row delta will copy, a level at a time:
 /// rows of a large table are scattered, so each is a cache miss, and copying them one by one
-/// would wait for each miss in turn (each node on the path, then the page).
+/// would wait for each miss in turn (each node on the path, then the page). Rows go in
+/// groups of [`GROUP`]: each row's page number and its entry at the level reached are kept,
+/// so that a round goes one level down instead of walking again from the root.
 fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const LINE: usize = 64;
-        let node_bytes = layout.fanout * std::mem::size_of::<Entry>();
-        let page_bytes = (layout.page_len * std::mem::size_of::<A>()).min(4 * LINE);
-        // Round `hops` loads what the round before asked for, and asks for the next level.
-        for hops in 0..=layout.levels {
-            let bytes = if hops == layout.levels {
-                page_bytes
-            } else {
-                node_bytes
-            };
-            for &row in rows {
-                let entry = old.walk(row / layout.rows_per_page, hops).cast::<i8>();
-                for offset in (0..bytes).step_by(LINE) {
-                    // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it
-                    // never faults and changes nothing (the node or page is live anyway).
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(entry.wrapping_add(offset)) };
+        const GROUP: usize = 32;
+        let lines = |bytes: usize| bytes.div_ceil(LINE);
+        let node_lines = lines(layout.fanout * std::mem::size_of::<Entry>());
+        let page_lines = lines((layout.page_len * std::mem::size_of::<A>()).min(4 * LINE));
+        let ask = |entry: Entry, lines: usize| {
+            for line in 0..lines {
+                // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it never
+                // faults and changes nothing (the node or page is live anyway).
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(entry.cast::<i8>().wrapping_add(line * LINE))
+                };
+            }
+        };
+        for group in rows.chunks(GROUP) {
+            let mut pages = [0usize; GROUP];
+            let mut entries = [std::ptr::null_mut(); GROUP];
+            for ((page, entry), &row) in pages.iter_mut().zip(&mut entries).zip(group) {
+                *page = row / layout.rows_per_page;
+                *entry = old.root[layout.root_slot(*page)];
+                ask(*entry, node_lines);
+            }
+            // Round `level` loads what the round before asked for, and asks for what is below.
+            for level in (0..layout.levels).rev() {
+                let lines = if level == 0 { page_lines } else { node_lines };
+                for (page, entry) in pages.iter().zip(&mut entries).take(group.len()) {
+                    // SAFETY: a node of the live table `old` (never written while it is the
+                    // head), and its `slot` is in range.
+                    *entry = unsafe { *entry.cast::<Entry>().add(layout.slot(*page, level)) };
+                    ask(*entry, lines);
                 }
             }
         }
