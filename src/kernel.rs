@@ -238,9 +238,21 @@ fn fill_chunk<A: Element>(
     }
 }
 
-/// `out[i] = out[i] ⊕ delta[i]`; both have the same length.
-#[inline(always)]
+/// `out[i] = out[i] ⊕ delta[i]`; both have the same length. In AVX2 where the processor has
+/// it ([`wide`]).
+#[inline]
 pub(crate) fn accumulate<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if wide::avx2() {
+        // SAFETY: the processor has AVX2.
+        return unsafe { wide::accumulate(out, delta, op) };
+    }
+    accumulate_plain(out, delta, op);
+}
+
+/// [`accumulate`], compiled for whichever instructions its caller may use.
+#[inline(always)]
+fn accumulate_plain<A: Element>(out: &mut [A], delta: &[A], op: Op<A>) {
     debug_assert_eq!(out.len(), delta.len());
     // The op is matched once, outside the loops, so each loop is plain arithmetic.
     match op {
@@ -256,9 +268,21 @@ fn each_into<A: Copy>(out: &mut [A], delta: &[A], f: impl Fn(A, A) -> A) {
     out.iter_mut().zip(delta).for_each(|(o, &d)| *o = f(*o, d));
 }
 
-/// `out[i] = a[i] ⊕ b[i]`; all three have the same length.
-#[inline(always)]
+/// `out[i] = a[i] ⊕ b[i]`; all three have the same length. In AVX2 where the processor has
+/// it ([`wide`]).
+#[inline]
 pub(crate) fn zip_into<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if wide::avx2() {
+        // SAFETY: the processor has AVX2.
+        return unsafe { wide::zip_into(out, a, b, op) };
+    }
+    zip_into_plain(out, a, b, op);
+}
+
+/// [`zip_into`], compiled for whichever instructions its caller may use.
+#[inline(always)]
+fn zip_into_plain<A: Element>(out: &mut [A], a: &[A], b: &[A], op: Op<A>) {
     debug_assert!(out.len() == a.len() && a.len() == b.len());
     match op {
         Op::Add => zip_with(out, a, b, A::add),
@@ -321,3 +345,7 @@ pub(crate) fn standard<A: Element>(value: ArrayD<A>) -> ArrayD<A> {
 
 #[cfg(all(test, not(mvtensor_loom)))]
 mod tests;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+pub(crate) mod wide;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+pub(crate) use wide::avx2;

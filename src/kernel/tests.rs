@@ -146,3 +146,36 @@ fn integer_overflow_wraps_instead_of_panicking() {
         .iter()
         .all(|&x| x == i32::MIN.wrapping_add(i32::MAX.wrapping_mul(2))));
 }
+
+/// The AVX2 loops ([`wide`]) give the bits the baseline loops give: every op, lengths that
+/// leave tails, `f32` values with rounding in every step (no fused multiply-add). Where the
+/// processor has no AVX2 there is nothing to compare, and the test says so.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[test]
+fn avx2_loops_give_the_same_bits() {
+    if !avx2() {
+        eprintln!("no AVX2 here: nothing to compare");
+        return;
+    }
+    let value = |i: usize, k: f32| ((i as f32 * 0.37 + k).sin() * 1e3) / 7.0;
+    for len in [0, 1, 7, 8, 15, 33, 64, 1000, 1024] {
+        let a: Vec<f32> = (0..len).map(|i| value(i, 0.5)).collect();
+        let b: Vec<f32> = (0..len).map(|i| value(i, 2.5)).collect();
+        for op in [Op::Add, Op::Sub, Op::Scaled(-0.013_f32), Op::Assign] {
+            let (mut plain, mut wide) = (vec![0.0f32; len], vec![0.0f32; len]);
+            zip_into_plain(&mut plain, &a, &b, op);
+            // SAFETY: the processor has AVX2 (checked above).
+            unsafe { wide::zip_into(&mut wide, &a, &b, op) };
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&plain), bits(&wide), "zip_into {op:?}, {len} elements");
+            accumulate_plain(&mut plain, &b, op);
+            // SAFETY: as above.
+            unsafe { wide::accumulate(&mut wide, &b, op) };
+            assert_eq!(
+                bits(&plain),
+                bits(&wide),
+                "accumulate {op:?}, {len} elements"
+            );
+        }
+    }
+}
