@@ -26,6 +26,8 @@ use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::{Dtype, View};
 use safetensors::SafeTensors;
 
+use super::wide::add_array;
+
 /// Tensor sizes in f32 elements: 1, 2 and 4 MiB.
 pub const TENSORS: [usize; 10] = [
     1 << 18,
@@ -188,7 +190,7 @@ fn run_mutex(checkpoint: bool, duration: Duration, path: &Path) -> CheckpointRun
     drive(
         checkpoint,
         duration,
-        |t| *tensors[t].lock() += &deltas[t],
+        |t| add_array(&mut tensors[t].lock(), &deltas[t]),
         || {
             // A consistent cut: every lock held at once, in order, while cloning.
             let guards: Vec<_> = tensors.iter().map(|m| m.lock()).collect();

@@ -17,6 +17,7 @@ use mvtensor::Variable;
 use ndarray::{arr0, ArrayD, Ix0};
 
 use super::placement::{apart, placed, placed_where, tensor_of};
+use super::wide::{add_in_place, add_out_of_place};
 use super::{check_dense, initial, median, ones, Subject, SIZES};
 
 pub mod table;
@@ -112,20 +113,6 @@ struct Slices {
     out: Option<Vec<f32>>,
     ops: u64,
     adds: u64,
-}
-
-#[inline(never)]
-fn add_in_place(a: &mut [f32], d: &[f32]) {
-    for (x, &y) in a.iter_mut().zip(d) {
-        *x += y;
-    }
-}
-
-#[inline(never)]
-fn add_out_of_place(out: &mut [f32], a: &[f32], d: &[f32]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(d) {
-        *o = x + y;
-    }
 }
 
 impl Probe for Slices {

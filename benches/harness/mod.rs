@@ -19,6 +19,7 @@ pub mod placement;
 pub mod sections;
 pub mod subjects;
 pub mod train;
+pub mod wide;
 pub mod wine;
 pub mod workloads;
 

@@ -76,6 +76,26 @@ pub fn adam(
     // then, as `optim::Optimizer` does.
     let g = g.as_standard_layout();
     let g = g.as_slice().expect(standard);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2.
+        return unsafe { adam_avx2(p, m, v, g, (c1, c2)) };
+    }
+    adam_slices(p, m, v, g, (c1, c2));
+}
+
+/// [`adam_slices`] in AVX2, as mvtensor's optimizer runs it where the processor has it
+/// (`src/kernel/wide.rs`): the lock's holder gets the same eight-wide divisions and square
+/// roots (in SSE2, four: ~1,220 ns a step of the whole model under a parking_lot mutex,
+/// against ~760 in AVX2; same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn adam_avx2(p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32], c: (f32, f32)) {
+    adam_slices(p, m, v, g, c);
+}
+
+#[inline(always)]
+fn adam_slices(p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32], (c1, c2): (f32, f32)) {
     for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
         *m = B1 * *m + (1.0 - B1) * g;
         *v = B2 * *v + (1.0 - B2) * g * g;

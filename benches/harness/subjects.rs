@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use arc_swap::ArcSwap;
 use mvtensor::Variable;
+
+use super::wide::add_array;
 use ndarray::{ArrayD, Zip};
 
 /// A shared f32 tensor. Every workload is written once against this trait and driven for
@@ -19,7 +21,8 @@ pub trait Subject: Sync + Sized {
     /// (a lock guard, an epoch pin, an `Arc`).
     fn read_with<R>(&self, work: impl FnOnce(&ArrayD<f32>) -> R) -> R;
 
-    /// Adds `delta` elementwise. Locks update in place (their best case).
+    /// Adds `delta` elementwise. Locks update in place (their best case), with the add at
+    /// its best on this processor ([`wide`](super::wide)).
     fn assign_add(&self, delta: &ArrayD<f32>);
 
     /// One trainer step: read the parameters, compute a gradient of the same size into
@@ -93,7 +96,7 @@ impl Subject for Mutex<ArrayD<f32>> {
         work(&self.lock().unwrap())
     }
     fn assign_add(&self, delta: &ArrayD<f32>) {
-        *self.lock().unwrap() += delta;
+        add_array(&mut self.lock().unwrap(), delta);
     }
 }
 
@@ -106,7 +109,7 @@ impl Subject for RwLock<ArrayD<f32>> {
         work(&self.read().unwrap())
     }
     fn assign_add(&self, delta: &ArrayD<f32>) {
-        *self.write().unwrap() += delta;
+        add_array(&mut self.write().unwrap(), delta);
     }
 }
 
@@ -119,7 +122,7 @@ impl Subject for parking_lot::Mutex<ArrayD<f32>> {
         work(&self.lock())
     }
     fn assign_add(&self, delta: &ArrayD<f32>) {
-        *self.lock() += delta;
+        add_array(&mut self.lock(), delta);
     }
 }
 
@@ -132,7 +135,7 @@ impl Subject for parking_lot::RwLock<ArrayD<f32>> {
         work(&self.read())
     }
     fn assign_add(&self, delta: &ArrayD<f32>) {
-        *self.write() += delta;
+        add_array(&mut self.write(), delta);
     }
 }
 

@@ -28,10 +28,10 @@ impl Report<'_> {
              descheduled on this shared machine does not count), the **median of {} \
              interleaved rounds** (every round runs every row once, starting at a different \
              row), so each mvtensor row and its floor come from the same run. The floor: the \
-             add on plain slices in place (`a += d`, the arithmetic alone) and out of place \
+             add on plain slices (in AVX2 where the processor has it, as mvtensor's loops) in place (`a += d`, the arithmetic alone) and out of place \
              into a warm buffer (`out = a + d`, the least a copy-on-write update streams), and \
-             `Mutex<ArrayD<f32>>` updated in place (std and parking_lot; the best lock is the \
-             faster). Ratios are this row ÷ the reference (above 1.00x: it costs more); the \
+             `Mutex<ArrayD<f32>>` updated in place with that add (std and parking_lot; the best \
+             lock is the faster). Ratios are this row ÷ the reference (above 1.00x: it costs more); the \
              targets are issue 8's, stated as cost ratios. Instruction counts of the same \
              operations, stable on a noisy machine: `cargo bench --bench instructions`.\n",
             costs.plan.rounds

@@ -37,7 +37,7 @@ impl Report<'_> {
             "A table of {ROWS} x {WIDTH} f32 ({} MiB); an update adds ones to {K} rows drawn \
              Zipf-distributed (exponent 1, as word frequencies are) or uniformly. mvtensor: a \
              `PagedVariable` (default pages: one row, one level of 64-pointer nodes), `scatter_add`. The locks update the \
-             rows in place; arc-swap copies the whole table per update; *racy* is Hogwild \
+             rows in place (on slices, the add in AVX2 where the processor has it); arc-swap copies the whole table per update; *racy* is Hogwild \
              without any synchronisation (relaxed loads and stores of each element, the \
              `hogwild` crate's behaviour without its undefined behaviour): the speed limit, \
              and it loses updates (last column). Every other variant's final sum is checked \
@@ -176,15 +176,17 @@ impl Report<'_> {
                  level of 64-pointer nodes (28 KiB of pointers a write), two levels of 16 or \
                  32 (11-17 KiB) and three of 8 or 16 all measured within 10% of one another \
                  on one thread; on a table that fits in the cache (2,000 rows) an update costs \
-                 ~1.3 us against ~0.39 us for the lock, the fixed cost of a version per \
-                 write (combining, the book, the retirement). A page of one row is copied \
+                 ~1.2-1.4 us against ~0.4 us for a lock's 32 row adds in place, the fixed cost \
+                 of a version per write (combining, the book, the retirement) and a node copy \
+                 per row (~12k instructions a write, a lock's ~4.6k). A page of one row is copied \
                  fused with its add (one sweep instead of a copy and an add: 15% less CPU \
                  per Zipf update, ~5% uniform), and replaced tables wait for a tick of the \
                  book's own grace clock instead of a deferred release and a flushed bag per \
-                 write (~8% less on the table in cache). The locks' CPU per update moves \
-                 with what ran before it: measured alone, one variant after another, the \
-                 locks took 570-630 ns per Zipf update against mvtensor's 2,050 (3.6x). \
-                 With more threads (the worst cell: {:.2}x, {} threads, {}): on {} cores \
+                 write (~8% less on the table in cache). The CPU table is each variant's \
+                 steady state (after a pass over the index stream): the Zipf rows a lock adds \
+                 to are mostly cached, and its adds run on slices in AVX2, ~10 ns a row \
+                 (ndarray's `row += &delta`, in SSE2 behind its shape checks, took 2-3x as \
+                 long). With more threads (the worst cell: {:.2}x, {} threads, {}): on {} cores \
                  no variant runs much more than one update at a time; mvtensor's pass runs \
                  on one core while its waiters spin, and with 8 threads the holder shares \
                  its core with yielding waiters, where a mutex's waiters sleep and its \

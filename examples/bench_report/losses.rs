@@ -202,11 +202,12 @@ const WHY: &str = r#"
   copy, publishes it and retires the old version (about 1,300 instructions by callgrind),
   where the mutex body is one add (issue 9). An optimizer step pays the same per variable:
   a hand-written Adam over 13 variables copies 12 working copies and installs and retires
-  13 versions (~28k instructions per step against ~12k for the same step on plain arrays,
-  the mutex's body); the crate's optimizer keeps all moments and the step count in one
-  variable, computes each working copy from the value it replaces (`Txn::rewrite`: no copy
-  first) and pays for 5 versions (~15.4k), or 2 with the parameters packed in one variable
-  (`optim::Packed`: ~12.8k, of which the Adam pass is ~7.9k).
+  13 versions (~19.1k instructions per step against ~4.6k for the same step on plain
+  arrays, the mutex's body, both with the Adam loop in AVX2); the crate's optimizer keeps all
+  moments and the step count in one variable, computes each working copy from the value it
+  replaces (`Txn::rewrite`: no copy first) and pays for 5 versions (~11.4k), or 2 with the
+  parameters packed in one variable (`optim::Packed`: ~8.3k, of which the Adam pass is
+  ~3.7k).
   Under contention, executions that arrive together run as one batch on the thread that
   holds the section and commit once, which removes the hand-offs of a strict FIFO queue
   (before batches, 8 threads on 2 cores managed ~170 k executions/s, every hand-off waiting

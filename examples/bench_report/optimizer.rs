@@ -35,8 +35,9 @@ impl Report<'_> {
              optimizer over the four tensors packed in one variable (`optim::Packed`: 2 \
              variables, what a trainer should use); each step is one `execute`. The mutexes \
              guard plain arrays and update them in place, on slices with the bias \
-             corrections once per step (the fastest loop we found: ndarray's `Zip` over \
-             `IxDyn` views cost 1.4x as much). The parameters are checked bit for bit \
+             corrections once per step, in AVX2 where the processor has it, as mvtensor's \
+             optimizer does (the fastest loop we found: ndarray's `Zip` over `IxDyn` views \
+             cost 1.4x as much, and the same loop in SSE2 1.7x). The parameters are checked bit for bit \
              against a serial replay of the same number of steps. Steps/s; in brackets each \
              ÷ mvtensor's packed optimizer. Last column: mvtensor's packed optimizer ÷ the \
              best mutex.\n",
@@ -92,7 +93,8 @@ impl Report<'_> {
                 "{:.2}x at worst ({} threads). One thread: a step of the crate's optimizer over \
                  the packed set took {} against {} under the best mutex (as four variables: \
                  {}; the hand-written section over 13 variables: {}). The arithmetic is the \
-                 same, about 60% of the packed step, and the optimizer computes each working \
+                 same loop on both sides, in AVX2 where the processor has it (Adam's divisions \
+                 and square roots eight at a time), and the optimizer computes each working \
                  copy from the value it replaces in that same pass (`Txn::rewrite`: no copy \
                  first). On top of it a step is one execution (a ticket, an epoch pin, the \
                  batch flag) that takes two pooled versions (the set, and the state holding \
@@ -100,8 +102,14 @@ impl Report<'_> {
                  record and retires the ones they replaced (about ten atomic \
                  read-modify-writes a version: pool take and return, the record's count, the \
                  head's CAS, the retirement), and collects and checks the four gradients, \
-                 where the mutex pays two atomics a step (callgrind: ~12.8k instructions a \
-                 packed step, of which the Adam pass is ~7.9k; ~15.4k as four variables). \
+                 where the mutex pays two atomics a step (callgrind, AMD EPYC: ~8.3k \
+                 instructions a packed step, of which the Adam pass is ~3.7k, against ~4.6k \
+                 for the mutex's, of which its loop is ~2.8k; ~11.4k as four variables, \
+                 ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
+                 of a step: with both loops in SSE2 (the build's baseline) the packed step \
+                 measured 0.75x the mutex's (1,640 against 1,220 ns, interleaved), and \
+                 mvtensor's step in AVX2 (~1,120 ns) is 1.1x as fast as the mutex's loop in \
+                 SSE2, which is what a hand-written loop gets from a default build. \
                  With more threads than cores the gap is fairness: a section serves callers \
                  in arrival order (its contract), so most steps are run by another thread's \
                  batch and end with waking their caller, where a mutex lets the unlocking \
