@@ -48,27 +48,32 @@ pub(crate) fn view<A, D: Dimension>(data: &ArrayD<A>) -> ArrayView<'_, A, D> {
         .expect("a typed handle's rank is checked on every write")
 }
 
-/// How a [`TxnMut`](crate::TxnMut) shows a working copy as `&mut ArrayRef<A, D>`: the
-/// array itself for `IxDyn` (nothing built: a view cost ~135 instructions per write of a
-/// tiny execution), else a typed view of it.
-pub(crate) enum ShownMut<'a, A, D: Dimension> {
-    Dyn(&'a mut ArrayD<A>),
-    Typed(ArrayViewMut<'a, A, D>),
-}
+/// How a [`TxnMut`](crate::TxnMut) shows a working copy as `&mut ArrayRef<A, D>`: always a
+/// view of it, `IxDyn` included. `&mut ArrayRef` reaches ndarray's layout methods
+/// (`invert_axis`, `swap_axes`, `collapse_axis`, `slice_collapse`): on a view they change the
+/// view, never the working copy, which stays in standard layout with its variable's shape, as
+/// every version must (the kernel and readers take it as a slice). Showing an `IxDyn` working
+/// copy itself saved building the view (~100 instructions, 7% of a tiny execution on a 0-d
+/// `IxDyn` variable, by callgrind) but let safe code publish a version in another layout or
+/// shape (`tests/txn.rs::layout_methods_on_a_working_copy_change_only_the_view`).
+pub(crate) struct ShownMut<'a, A, D: Dimension>(ArrayViewMut<'a, A, D>);
 
 impl<'a, A, D: Dimension> ShownMut<'a, A, D> {
     pub(crate) fn new(data: &'a mut ArrayD<A>) -> Self {
         if is_dyn::<D>() {
-            return Self::Dyn(data);
+            // The array's own shape and strides, copied (no layout check, no conversion).
+            return Self(
+                data.view_mut()
+                    .into_dimensionality()
+                    .expect("IxDyn to IxDyn"),
+            );
         }
         let dim = typed::<D>(data.shape());
         if let Some(elements) = data.as_slice_mut() {
             // SAFETY: as in `view`, and the view borrows `data` mutably.
-            return Self::Typed(unsafe {
-                ArrayViewMut::from_shape_ptr(dim, elements.as_mut_ptr())
-            });
+            return Self(unsafe { ArrayViewMut::from_shape_ptr(dim, elements.as_mut_ptr()) });
         }
-        Self::Typed(
+        Self(
             data.view_mut()
                 .into_dimensionality()
                 .expect("a typed handle's rank is checked on every write"),
@@ -76,23 +81,11 @@ impl<'a, A, D: Dimension> ShownMut<'a, A, D> {
     }
 
     pub(crate) fn get(&self) -> &ArrayRef<A, D> {
-        match self {
-            // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`).
-            Self::Dyn(data) => unsafe { same_dyn(data) },
-            Self::Typed(view) => view,
-        }
+        &self.0
     }
 
     pub(crate) fn get_mut(&mut self) -> &mut ArrayRef<A, D> {
-        match self {
-            Self::Dyn(data) => {
-                let dynamic: &mut ArrayRef<A, IxDyn> = data;
-                // SAFETY: `Dyn` is only made when `D` is `IxDyn` (`new`), so the two types are
-                // one type; the cast keeps the pointer's slice metadata.
-                unsafe { &mut *(std::ptr::from_mut(dynamic) as *mut ArrayRef<A, D>) }
-            }
-            Self::Typed(view) => view,
-        }
+        &mut self.0
     }
 }
 

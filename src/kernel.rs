@@ -121,15 +121,14 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
         .iter()
         .all(|d| !d.is_dense() || d.shape == base.shape()));
     debug_assert_eq!(out.shape(), base.shape());
+    let base = base.as_slice().expect("versions are in standard layout");
+    let out = out.as_slice_mut().expect("versions are in standard layout");
     // Row deltas in the batch: copy, then every delta in arrival order, in place.
-    let (Some(first), true) = (deltas.first(), deltas.iter().all(Delta::is_dense)) else {
-        let base = base.as_slice().expect("versions are in standard layout");
-        let out = out.as_slice_mut().expect("versions are in standard layout");
+    if !deltas.iter().all(Delta::is_dense) {
         out.copy_from_slice(base);
         deltas.iter().for_each(|d| apply_slice(out, d));
         return;
-    };
-    let (base, out) = version_elements(base, out, first.data.len());
+    }
     // One delta (an uncontended write): one sweep, no chunking.
     if let [delta] = deltas {
         zip_into(out, base, delta.data, delta.op);
@@ -137,28 +136,6 @@ pub(crate) fn apply<A: Element>(base: &ArrayD<A>, deltas: &[Delta<'_, A>], out: 
     }
     let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas.iter().map(|d| (d.data, d.op)).collect();
     fill(out, base, &deltas, 0);
-}
-
-/// The elements of the version a pass reads and of the one it writes, `len` each (a dense
-/// delta's length: its shape was checked against the tensor's). Versions are always in
-/// standard layout, so this skips ndarray's layout check over an `IxDyn` shape, ~65
-/// instructions an array (callgrind, a 1K write: ~1,610 instructions).
-fn version_elements<'v, A>(
-    base: &'v ArrayD<A>,
-    out: &'v mut ArrayD<A>,
-    len: usize,
-) -> (&'v [A], &'v mut [A]) {
-    debug_assert_eq!(base.as_slice().map(<[A]>::len), Some(len));
-    debug_assert_eq!(out.as_slice().map(<[A]>::len), Some(len));
-    // SAFETY: both are versions, in standard layout and `len` elements long (asserted in
-    // debug builds and under miri), so each is `len` contiguous elements from its `as_ptr`;
-    // `out` is borrowed mutably, so it is not `base`.
-    unsafe {
-        (
-            std::slice::from_raw_parts(base.as_ptr(), len),
-            std::slice::from_raw_parts_mut(out.as_mut_ptr(), len),
-        )
-    }
 }
 
 /// Fills `out`, the part of the result from element `start` on, CHUNK by CHUNK.
@@ -205,10 +182,14 @@ fn apply_split<A: Element>(
     if !deltas.iter().all(Delta::is_dense) {
         return apply(base, deltas, out);
     }
-    let (len, size) = (deltas[0].data.len(), std::mem::size_of::<A>().max(1));
+    let (len, size) = (out.len(), std::mem::size_of::<A>().max(1));
     debug_assert_eq!(out.shape(), base.shape());
-    let (base, out) = version_elements(base, out, len);
-    let out = Shared(out.as_mut_ptr());
+    let base = base.as_slice().expect("versions are in standard layout");
+    let out = Shared(
+        out.as_slice_mut()
+            .expect("versions are in standard layout")
+            .as_mut_ptr(),
+    );
     let deltas: SmallVec<[(&[A], Op<A>); 8]> = deltas.iter().map(|d| (d.data, d.op)).collect();
     let per = (CHUNK_BYTES / size).max(1);
     let work = |i: usize| {

@@ -220,3 +220,46 @@ fn assign_copies_any_layout_in_logical_order() {
     cs.execute(|tx| tx.assign(&x, fortran.clone())).unwrap();
     assert_eq!(x.read().as_slice().unwrap(), &[1.0, 2., 3., 4., 5., 6.]);
 }
+
+/// `&mut ArrayRef` reaches ndarray's layout methods (`invert_axis`, `swap_axes`,
+/// `collapse_axis`). On a working copy they change only the borrow's view: the committed
+/// version keeps its variable's shape and standard layout, later writes (a combined
+/// `assign_add`, another execution, a rewrite) work on it, and what was written through the
+/// inverted view lands where that view showed it.
+#[test]
+fn layout_methods_on_a_working_copy_change_only_the_view() {
+    use ndarray::{arr2, Axis};
+    let w: Variable<f32> = Variable::new(arr2(&[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).into_dyn());
+    let section = CriticalSection::builder().resource(&w).build().unwrap();
+    section
+        .execute(|tx| {
+            let mut copy = tx.write(&w)?;
+            copy.invert_axis(Axis(0)); // the view's row 0 is the copy's row 1
+            copy[[0, 0]] = 40.0;
+            copy.swap_axes(0, 1);
+            copy.collapse_axis(Axis(1), 0); // the view is now a column of length 3
+            copy[[2, 0]] = 60.0; // the copy's row 1 again (inverted), column 2 (swapped)
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let expected = arr2(&[[1.0, 2.0, 3.0], [40.0, 5.0, 60.0]]).into_dyn();
+    let snapshot = w.read();
+    assert_eq!(*snapshot, expected);
+    assert_eq!(snapshot.shape(), &[2, 3]);
+    assert!(snapshot.is_standard_layout());
+    // Writes after it still see a 2 x 3 tensor in standard layout.
+    w.assign_add(&ArrayD::ones(vec![2, 3])).unwrap();
+    section
+        .execute(|tx| {
+            let mut next = tx.rewrite(&w)?;
+            next.target().invert_axis(Axis(1));
+            let (before, after) = next.split();
+            // The target's view is inverted: its column 0 is the value's column 2.
+            after.assign(&before.slice(ndarray::s![.., ..;-1]));
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let expected = arr2(&[[2.0, 3.0, 4.0], [41.0, 6.0, 61.0]]).into_dyn();
+    assert_eq!(*w.read(), expected);
+    assert!(w.read().is_standard_layout());
+}

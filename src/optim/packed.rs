@@ -5,8 +5,8 @@
 //! committed and retired (~1,000 instructions, measured with callgrind), whatever its size.
 //! A small model's parameters are several small tensors that every step writes together,
 //! so an optimizer over them pays that per tensor (Adam over four tensors of 1,024 floats in
-//! all, one thread: ~1.57 µs a step as four variables, ~1.31 µs packed, the arithmetic alone
-//! ~0.79 µs; `docs/benchmarks.md`, workload 7).
+//! all, one thread, AMD EPYC, loops in AVX2: ~1.4 µs a step as four variables, ~1.1 µs
+//! packed, the same step under a mutex ~0.7 µs; `docs/benchmarks.md`, workload 7).
 //! Packed, they are one `Variable<A, Ix1>`; a [`Layout`] says where each tensor lies, and
 //! views of a snapshot or of a gradient buffer show each one with its own shape. Readers
 //! still see one step or the next, never a mix: it is one version.

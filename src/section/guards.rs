@@ -27,8 +27,9 @@ pub(super) enum RefInner<'t, A: Element> {
 
 /// The mutable borrow of a resource's working copy inside an execution. Derefs to the
 /// array (`&mut ArrayRef<A, D>`, as `&mut *array_view_mut` would), so every in-place ndarray
-/// operation works on it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`, `view_mut`); the shape
-/// cannot change.
+/// operation works on it (`+=`, `scaled_add`, `zip_mut_with`, `Zip`, `view_mut`). It is a
+/// view of the working copy: layout methods (`invert_axis`, `collapse_axis`, ..) change how
+/// this borrow shows the elements, never the working copy's own shape or layout.
 #[must_use]
 pub struct TxnMut<'t, A: Element, D: Dimension = IxDyn> {
     pub(super) shown: ShownMut<'t, A, D>,
