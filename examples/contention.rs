@@ -1,6 +1,7 @@
 //! The main job: several writers hammer one shared f32 tensor with `assign_add` while readers
 //! keep reading it, first through mvtensor, then through a `std::sync::Mutex<ArrayD<f32>>`
-//! updated in place (the mutex's best case): the same workload, in the same run.
+//! updated in place (the mutex's best case: on slices, the add in AVX2 where the processor
+//! has it, as mvtensor's own loops are): the same workload, in the same run.
 //!
 //! ```text
 //! cargo run --release --example contention [-- --elements N[,N...] --writers W --readers R --updates U --rounds K]
@@ -15,6 +16,11 @@
 //! Every writer adds a tensor of ones `U` times, so the final value is exactly
 //! `initial + W * U` everywhere (f32 is exact below 2^24); it is checked element by element,
 //! and the process exits non-zero if any variant lost an update.
+
+/// The benchmarks' in-place add at its best (`benches/harness/wide.rs`), for the mutex.
+#[allow(dead_code)]
+#[path = "../benches/harness/wide.rs"]
+mod wide;
 
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
@@ -55,7 +61,7 @@ impl Subject for Variable<f32> {
 
 impl Subject for Mutex<ArrayD<f32>> {
     fn add(&self, delta: &ArrayD<f32>) {
-        *self.lock().unwrap() += delta;
+        wide::add_array(&mut self.lock().unwrap(), delta);
     }
     fn read_work(&self) -> f32 {
         slice_sum(&self.lock().unwrap())
