@@ -387,7 +387,14 @@ impl<A: Element + NdFloat> Optimizer<A> {
                         state.after.push(block);
                         state_after = rest;
                     }
-                    apply(self.rule, bias, scale, (p_before, p_after), state, g);
+                    apply(Update {
+                        rule: self.rule,
+                        corrections: bias,
+                        scale,
+                        values: (p_before, p_after),
+                        state,
+                        g,
+                    });
                 }
             }
             Ok(t)
@@ -475,25 +482,29 @@ fn standard_mut<A, D: Dimension>(array: &mut ndarray::ArrayRef<A, D>) -> &mut [A
         .expect("working copies are in standard layout")
 }
 
-/// One parameter's update, from its value and state before the step into where the step
-/// writes them (every element): `p`, its state, the gradient times `scale`, with the step's
-/// bias corrections (`Rule::bias_correction`). In AVX2 where the processor has it (the same
-/// bits: [`wide`](crate::kernel::wide)); Adam's divisions and square roots then go eight
-/// `f32` at a time.
-fn apply<A: NdFloat>(
+/// One parameter's update: from its value and state before the step into where the step
+/// writes them (every element), with the gradient times `scale` and the step's bias
+/// corrections (`Rule::bias_correction`).
+struct Update<'a, A> {
     rule: Rule<A>,
     corrections: (A, A),
     scale: A,
-    values: (&[A], &mut [A]),
-    state: State<'_, A>,
-    g: &[A],
-) {
+    /// The parameter before the step, and where the step writes it.
+    values: (&'a [A], &'a mut [A]),
+    state: State<'a, A>,
+    g: &'a [A],
+}
+
+/// Applies `update`, in AVX2 where the processor has it (the same bits:
+/// [`wide`](crate::kernel::wide)); Adam's divisions and square roots then go eight `f32` at
+/// a time.
+fn apply<A: NdFloat>(update: Update<'_, A>) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if crate::kernel::avx2() {
         // SAFETY: the processor has AVX2.
-        return unsafe { apply_avx2(rule, corrections, scale, values, state, g) };
+        return unsafe { apply_avx2(update) };
     }
-    apply_plain(rule, corrections, scale, values, state, g);
+    apply_plain(update);
 }
 
 /// [`apply`] in AVX2.
@@ -502,27 +513,21 @@ fn apply<A: NdFloat>(
 /// The processor has AVX2.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[target_feature(enable = "avx2")]
-unsafe fn apply_avx2<A: NdFloat>(
-    rule: Rule<A>,
-    corrections: (A, A),
-    scale: A,
-    values: (&[A], &mut [A]),
-    state: State<'_, A>,
-    g: &[A],
-) {
-    apply_plain(rule, corrections, scale, values, state, g);
+unsafe fn apply_avx2<A: NdFloat>(update: Update<'_, A>) {
+    apply_plain(update);
 }
 
 /// [`apply`], compiled for whichever instructions its caller may use.
 #[inline(always)]
-fn apply_plain<A: NdFloat>(
-    rule: Rule<A>,
-    (c1, c2): (A, A),
-    scale: A,
-    (p, p_out): (&[A], &mut [A]),
-    state: State<'_, A>,
-    g: &[A],
-) {
+fn apply_plain<A: NdFloat>(update: Update<'_, A>) {
+    let Update {
+        rule,
+        corrections: (c1, c2),
+        scale,
+        values: (p, p_out),
+        state,
+        g,
+    } = update;
     match (rule, &state.before[..], state.after) {
         (Rule::Sgd { lr }, [], _) => {
             let k = lr * scale;
@@ -635,12 +640,19 @@ mod tests {
                         .take(states)
                         .collect(),
                 };
-                let values = (&p[..], &mut p_out[..]);
+                let update = Update {
+                    rule,
+                    corrections: (0.1, 0.001),
+                    scale: 0.5,
+                    values: (&p[..], &mut p_out[..]),
+                    state,
+                    g: &g,
+                };
                 if wide {
                     // SAFETY: the processor has AVX2 (checked above).
-                    unsafe { apply_avx2(rule, (0.1, 0.001), 0.5, values, state, &g) };
+                    unsafe { apply_avx2(update) };
                 } else {
-                    apply_plain(rule, (0.1, 0.001), 0.5, values, state, &g);
+                    apply_plain(update);
                 }
                 [p_out, m_out, v_out]
                     .concat()

@@ -213,7 +213,7 @@ impl<A: Element> Ledger<A> {
 /// Asks the processor for the nodes and pages a row delta will copy, a level at a time:
 /// rows of a large table are scattered, so each is a cache miss, and copying them one by one
 /// would wait for each miss in turn (each node on the path, then the page). Rows go in
-/// groups of [`GROUP`]: each row's page number and its entry at the level reached are kept,
+/// groups of `GROUP`: each row's page number and its entry at the level reached are kept,
 /// so that a round goes one level down instead of walking again from the root.
 fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
     #[cfg(target_arch = "x86_64")]
