@@ -60,7 +60,7 @@ impl CheckpointVariant {
     }
 }
 
-/// What one run measured.
+/// What one run measured (or several, [`merge`](Self::merge)d).
 #[derive(Debug, Clone)]
 pub struct CheckpointRun {
     /// Trainer step latency, nanoseconds.
@@ -69,6 +69,26 @@ pub struct CheckpointRun {
     pub saves: Vec<Duration>,
     /// Trainer steps done in all.
     pub updates: u64,
+}
+
+impl Default for CheckpointRun {
+    /// Nothing measured yet.
+    fn default() -> Self {
+        Self {
+            steps: Histogram::new(3).expect("histogram"),
+            saves: Vec::new(),
+            updates: 0,
+        }
+    }
+}
+
+impl CheckpointRun {
+    /// Adds `other`'s steps, saves and updates to these.
+    pub fn merge(&mut self, other: CheckpointRun) {
+        self.steps.add(other.steps).expect("same bounds");
+        self.saves.extend(other.saves);
+        self.updates += other.updates;
+    }
 }
 
 /// Runs `variant` for `duration`, checkpointing into `dir` every [`INTERVAL`] if

@@ -7,6 +7,7 @@ use crate::format::latency;
 use crate::goals::Goal;
 use crate::harness::checkpoints::{CheckpointRun, CheckpointVariant, INTERVAL, TENSORS, TRAINERS};
 use crate::report::Report;
+use crate::run::CHECKPOINT_ROUNDS;
 
 /// The measurements of one variant: without and with the checkpointer.
 #[derive(Debug, Clone)]
@@ -45,10 +46,13 @@ impl Report<'_> {
              consistent snapshot written while the trainers go on. The mutex: a \
              `parking_lot::Mutex` per tensor updated in place; a consistent checkpoint locks \
              them all, clones, unlocks and writes the clones. Every file is checked (no torn \
-             tensor). Step latency of the trainers, without and with the checkpointer, the \
-             same run; the last column is what issue 12 bounds (≤ 1.05x for mvtensor).\n",
+             tensor). Step latency of the trainers, without and with the checkpointer: \
+             each cell merges {CHECKPOINT_ROUNDS} rounds of {:.1} s, every variant without \
+             and with in turn (which goes first alternates); the last column is what issue \
+             12 bounds (≤ 1.05x for mvtensor).\n",
             TENSORS.len(),
-            INTERVAL.as_millis()
+            INTERVAL.as_millis(),
+            self.plan.checkpoint.as_secs_f64() / f64::from(CHECKPOINT_ROUNDS)
         );
         let _ = writeln!(
             s,
@@ -98,9 +102,10 @@ impl Report<'_> {
                  checkpoint (the snapshot takes one version per tensor and the file is written \
                  from those versions), but a save keeps a core busy ({} on average for {} MiB) \
                  that the trainers would otherwise share; the mutex's checkpointer spends about \
-                 as long, partly with every lock held. Each figure is one run of {:.1} s: rerun \
-                 with `--scale 3` before reading much into a few percent. A machine with a core \
-                 to spare for the checkpointer is what the target assumes.",
+                 as long, partly with every lock held. Each cell is {:.1} s in \
+                 {CHECKPOINT_ROUNDS} alternated rounds: rerun with `--scale 3` before reading \
+                 much into a few percent. A machine with a core to spare for the checkpointer \
+                 is what the target assumes.",
                 lock.p99_growth(),
                 TRAINERS,
                 self.env.cores,
