@@ -372,9 +372,13 @@ fn main() -> ExitCode {
             (Some(a), Some(b)) => format!("{:.3}x", a / b),
             _ => "-".into(),
         };
+        let reads_ratio = match (ours.reads_per_s, theirs.reads_per_s) {
+            (a, b) if b > 0.0 => format!("{:.2}x", a / b),
+            _ => "-".into(),
+        };
         ratios.sort_by(f64::total_cmp);
         println!(
-            "{n:>9} elements: mvtensor/mutex  updates/s {:.2}x (median of {} rounds, {:.2}-{:.2}x), read p99 {p99_ratio} (lower is better)",
+            "{n:>9} elements: mvtensor/mutex  updates/s {:.2}x (median of {} rounds, {:.2}-{:.2}x), reads/s {reads_ratio}, read p99 {p99_ratio} (lower is better)",
             ratios[ratios.len() / 2],
             ratios.len(),
             ratios[0],
@@ -384,6 +388,17 @@ fn main() -> ExitCode {
             "{:>9} mvtensor stats (last round): commits {}, cas_retries {}, combined_batches {} (deltas {}, max batch {}), live_versions {}",
             "", stats.commits, stats.cas_retries, stats.combined_batches, stats.combined_deltas,
             stats.max_batch, stats.live_versions,
+        );
+    }
+
+    if cfg.readers > 0 && cfg.writers + cfg.readers > cores {
+        // What the ratios above mean on a small machine: the threads share the cores.
+        println!(
+            "\n{} threads on {cores} cores: mvtensor's readers never wait, so they keep their \
+             share of the cores (reads/s above) while the writers run; a mutex's readers sleep \
+             whenever a writer holds it, which leaves more of the cores to its writers. \
+             `--readers 0` compares the writers alone.",
+            cfg.writers + cfg.readers
         );
     }
 
