@@ -101,11 +101,17 @@ impl Report<'_> {
                  step that loses its core waits for one. mvtensor's trainers never wait for a \
                  checkpoint (the snapshot takes one version per tensor and the file is written \
                  from those versions), but a save keeps a core busy ({} on average for {} MiB) \
-                 that the trainers would otherwise share; the mutex's checkpointer spends about \
-                 as long, partly with every lock held. Each cell is {:.1} s in \
-                 {CHECKPOINT_ROUNDS} alternated rounds: rerun with `--scale 3` before reading \
-                 much into a few percent. A machine with a core to spare for the checkpointer \
-                 is what the target assumes.",
+                 that the trainers would otherwise share. mvtensor's trainers never block, so \
+                 during a save five threads want the two cores; the mutex's checkpointer spends \
+                 about as long, but its trainers sleep while it holds every lock to clone, and \
+                 a sleeping thread does not lengthen the others' waits. A save also holds one \
+                 version of each tensor, so mvtensor's writers allocate fresh buffers meanwhile \
+                 (measured: about twice as many as without checkpoints), but pools that kept \
+                 one or two more spares (25-60% fewer fresh buffers) did not move the p99 \
+                 (2026-11-26). Each cell is {:.1} s in {CHECKPOINT_ROUNDS} alternated rounds: \
+                 with one run per cell this goal read met (1.00x) in some reports and missed \
+                 in others; alternated, it has read 1.25x and 1.35x. A machine with a core to \
+                 spare for the checkpointer is what the target assumes.",
                 lock.p99_growth(),
                 TRAINERS,
                 self.env.cores,
