@@ -101,8 +101,8 @@ impl Report<'_> {
                  step that loses its core waits for one. mvtensor's trainers never wait for a \
                  checkpoint (the snapshot takes one version per tensor and the file is written \
                  from those versions), but a save keeps a core busy ({} on average for {} MiB) \
-                 that the trainers would otherwise share. mvtensor's trainers never block, so \
-                 during a save five threads want the two cores; the mutex's checkpointer spends \
+                 that the trainers would otherwise share. The likely difference: mvtensor's \
+                 trainers never block, so during a save five threads want the two cores; the mutex's checkpointer spends \
                  about as long, but its trainers sleep while it holds every lock to clone, and \
                  a sleeping thread does not lengthen the others' waits. A save also holds one \
                  version of each tensor, so mvtensor's writers allocate fresh buffers meanwhile \
