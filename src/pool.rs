@@ -15,6 +15,10 @@
 
 use std::marker::PhantomData;
 
+mod writers;
+
+pub(crate) use writers::Writers;
+
 use crate::holds::Held;
 use crate::stats::Counters;
 use crate::sync::{AtomicPtr, Ordering};
@@ -110,6 +114,8 @@ pub(crate) struct Home<A: Element> {
     /// [`take_held`](Self::take_held)): a combined pass takes one with no atomic RMW.
     held: AtomicPtr<Link>,
     pub(crate) counters: Counters,
+    /// The large writes under way, for a third spare while there are several ([`writers`]).
+    pub(crate) writers: Writers,
     _versions: PhantomData<Version<A>>,
 }
 
@@ -120,6 +126,7 @@ impl<A: Element> Default for Home<A> {
             cache: AtomicPtr::new(std::ptr::null_mut()),
             held: AtomicPtr::new(std::ptr::null_mut()),
             counters: Counters::default(),
+            writers: Writers::default(),
             _versions: PhantomData,
         }
     }

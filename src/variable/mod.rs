@@ -269,7 +269,10 @@ impl<A: Element> Inner<A> {
     /// grows while reclamation is held up, and shrinks back here). After every write of a
     /// large version, every 64th of a small one (a walk of the pool costs more than they do).
     pub(crate) fn published(&self, number: u64, bytes: usize) {
-        if bytes >= limbo::BATCH_BYTES || number.is_multiple_of(64) {
+        if bytes >= limbo::BATCH_BYTES {
+            self.home
+                .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
+        } else if number.is_multiple_of(64) {
             self.home.trim(limbo::spares(bytes));
         }
     }
@@ -279,12 +282,23 @@ impl<A: Element> Inner<A> {
     /// writes keeps its current version and two spares, not more (the trim in
     /// [`published`](Self::published) ran before that version came back).
     pub(crate) fn reclaimed(&self) {
-        // The creation shape's size: a dynamic shape's current one may differ, and then the
-        // pool keeps a version more or fewer until the next write's trims.
-        let bytes = self.shape.iter().product::<usize>() * std::mem::size_of::<A>();
+        let bytes = self.bytes();
         if bytes >= limbo::BATCH_BYTES {
-            self.home.trim(limbo::spares(bytes));
+            self.home
+                .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
         }
+    }
+
+    /// Whether the variable's versions are large (pooled and trimmed one by one, see
+    /// [`limbo::spares`]).
+    pub(crate) fn large(&self) -> bool {
+        self.bytes() >= limbo::BATCH_BYTES
+    }
+
+    /// A version's size: the creation shape's (a dynamic shape's current one may differ, and
+    /// then the pool keeps a version more or fewer until the next write's trims).
+    fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * std::mem::size_of::<A>()
     }
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
