@@ -52,7 +52,8 @@ pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 /// buffers in 312,500 writes with one spare, 7,915 with two, 11.8 -> 10.0 us a write). Small
 /// ones come back a batch at a time, about three batches after they were retired (the one
 /// filling, one sealed, one waiting for its second epoch advance): the pool keeps that many,
-/// so that a steady writer allocates nothing.
+/// so that a steady writer allocates nothing. (Large variables keep one more while several
+/// threads add deltas to them: [`Writers`](crate::pool::Writers).)
 pub(crate) fn spares(bytes: usize) -> usize {
     if bytes >= BATCH_BYTES {
         return 2;

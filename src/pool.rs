@@ -114,7 +114,8 @@ pub(crate) struct Home<A: Element> {
     /// [`take_held`](Self::take_held)): a combined pass takes one with no atomic RMW.
     held: AtomicPtr<Link>,
     pub(crate) counters: Counters,
-    /// The large writes under way, for a third spare while there are several ([`writers`]).
+    /// The large delta writes under way, for a third spare while there are several
+    /// ([`writers`]).
     pub(crate) writers: Writers,
     _versions: PhantomData<Version<A>>,
 }

@@ -1,18 +1,23 @@
-//! A third spare for a large variable's pool while several threads write it.
+//! A third spare for a large variable's pool while several threads add deltas to it.
 //!
 //! A large version comes back to its pool a grace period after it was replaced. With one
 //! writer that is before the write returns ([`reclaim_now`](crate::limbo::reclaim_now)), and
-//! the two spares of [`limbo::spares`](crate::limbo::spares) are enough. With several
-//! writers on few cores, the others are pinned in their own writes and the version comes
-//! back a write or two late: the trim after one commit freed a spare that the next write
-//! then missed, so that write allocated a fresh buffer (1,024 page faults for 4 MiB) and a
-//! later trim freed one again. Measured (1M f32, 4 writers, 2 cores, 1 s runs alternated):
-//! ~260 fresh buffers a second, a pass in 16, at ~5.5-6.4 k updates/s; with a third spare
-//! ~10-20 and ~7.8-9.2 k; a fourth spare did no better.
+//! the two spares of [`limbo::spares`](crate::limbo::spares) are enough. Under contention it
+//! comes back a write or two late (a combining pass's holder reclaims what its passes
+//! replaced only once its own write returns, and a descheduled thread holds grace periods
+//! up): the trim after one commit freed a spare that the next write then missed, so that
+//! write allocated a fresh buffer (1,024 page faults for 4 MiB) and a later trim freed one
+//! again. Measured (write-heavy 1M f32 from 4 threads on 2 cores, 0.7 s runs, 9 alternated
+//! runs of both builds): ~180 fresh buffers a run, a pass in sixteen, at ~6.5 k updates/s;
+//! with a third spare ~16 and ~9.6 k (8 threads: ~10.9 k -> ~13.8 k; 1 and 2 threads
+//! unchanged); a fourth spare did no better.
 //!
-//! So a large variable's writes count themselves in, and a trim keeps a third spare while
-//! another write of the variable is under way. A variable written by one thread at a time
-//! keeps its current version and two spares, as before.
+//! So the delta writes of a large variable (`assign_add`, `assign_sub`, `scaled_add`, row
+//! updates: everything that goes through combining) count themselves in, and a trim keeps a
+//! third spare while another one is under way. Other writes (`assign`, `update`,
+//! `fetch_update`, critical sections) are not counted: they see two spares. A variable
+//! written by one thread at a time keeps its current version and two spares; after several
+//! writers stop, its next lone write trims the third spare away.
 
 use crate::sync::{AtomicUsize, Ordering};
 
@@ -22,6 +27,7 @@ pub(crate) struct Writers(AtomicUsize);
 
 impl Writers {
     /// Counts a write in until the returned guard drops.
+    #[must_use = "the write counts only while the guard lives"]
     pub(crate) fn enter(&self) -> Writing<'_> {
         // Relaxed (both here and in `drop`): a heuristic; nothing is ordered by the count,
         // and any value it shows is a valid number of spares to keep.

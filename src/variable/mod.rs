@@ -77,6 +77,9 @@ pub(crate) struct Inner<A: Element> {
     pub(crate) name: Arc<str>,
     /// The creation shape, enforced on every write unless `dynamic_shape`.
     shape: Vec<usize>,
+    /// Whether versions of the creation shape are large ([`limbo::spares`]): pooled and
+    /// trimmed one by one, their writes counted in [`Writers`](crate::pool::Writers).
+    large: bool,
     dynamic_shape: bool,
     /// The rank every value has: fixed with the shape, or by a typed handle's `D` for a
     /// dynamic shape; `None` if a dynamic shape may change rank.
@@ -131,6 +134,7 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
         let home = Arc::new(Home::default());
         let init = kernel::standard(self.init);
         let shape = init.shape().to_vec();
+        let large = init.len() * std::mem::size_of::<A>() >= limbo::BATCH_BYTES;
         let rank = if self.dynamic_shape {
             dim::rank::<D>()
         } else {
@@ -142,6 +146,7 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
             id,
             name,
             shape,
+            large,
             dynamic_shape: self.dynamic_shape,
             rank,
             head: CachePadded::new(Head::new(first)),
@@ -281,24 +286,20 @@ impl<A: Element> Inner<A> {
     /// version the write replaced: trims the pool again, so that a variable nobody else
     /// writes keeps its current version and two spares, not more (the trim in
     /// [`published`](Self::published) ran before that version came back).
+    ///
+    /// The creation shape's size decides: a dynamic shape's current one may differ, and then
+    /// the pool keeps a version more or fewer until the next write's trims.
     pub(crate) fn reclaimed(&self) {
-        let bytes = self.bytes();
-        if bytes >= limbo::BATCH_BYTES {
+        if self.large {
+            let bytes = self.shape.iter().product::<usize>() * std::mem::size_of::<A>();
             self.home
                 .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
         }
     }
 
-    /// Whether the variable's versions are large (pooled and trimmed one by one, see
-    /// [`limbo::spares`]).
+    /// Whether the creation shape's versions are large (see the field).
     pub(crate) fn large(&self) -> bool {
-        self.bytes() >= limbo::BATCH_BYTES
-    }
-
-    /// A version's size: the creation shape's (a dynamic shape's current one may differ, and
-    /// then the pool keeps a version more or fewer until the next write's trims).
-    fn bytes(&self) -> usize {
-        self.shape.iter().product::<usize>() * std::mem::size_of::<A>()
+        self.large
     }
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
