@@ -10,7 +10,7 @@ use crate::report::Report;
 use crate::run::CHECKPOINT_ROUNDS;
 
 /// The measurements of one variant: without and with the checkpointer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CheckpointCells {
     pub(crate) without: CheckpointRun,
     pub(crate) with: CheckpointRun,

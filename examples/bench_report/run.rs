@@ -227,9 +227,13 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
     // shared machine lands on both sides of the ratio instead of on one run: with one run
     // per cell the goal flipped between met and missed from report to report.
     let segment = plan.checkpoint / CHECKPOINT_ROUNDS;
-    let mut checkpoints: HashMap<CheckpointVariant, CheckpointCells> = HashMap::new();
+    let mut checkpoints: HashMap<CheckpointVariant, CheckpointCells> = CheckpointVariant::ALL
+        .into_iter()
+        .map(|v| (v, CheckpointCells::default()))
+        .collect();
     for round in 0..CHECKPOINT_ROUNDS {
         for v in CheckpointVariant::ALL {
+            let cells = checkpoints.get_mut(&v).expect("every variant");
             let order = if round % 2 == 0 {
                 [false, true]
             } else {
@@ -237,14 +241,10 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
             };
             for with in order {
                 let run = checkpoints::run(v, with, segment, &dir);
-                match checkpoints.get_mut(&v) {
-                    Some(cells) if with => cells.with.merge(run),
-                    Some(cells) => cells.without.merge(run),
-                    None => {
-                        let empty = checkpoints::CheckpointRun::default();
-                        let (without, with) = if with { (empty, run) } else { (run, empty) };
-                        checkpoints.insert(v, CheckpointCells { without, with });
-                    }
+                if with {
+                    cells.with.merge(run);
+                } else {
+                    cells.without.merge(run);
                 }
             }
         }

@@ -78,7 +78,7 @@ pub(crate) struct Inner<A: Element> {
     /// The creation shape, enforced on every write unless `dynamic_shape`.
     shape: Vec<usize>,
     /// Whether versions of the creation shape are large ([`limbo::spares`]): pooled and
-    /// trimmed one by one, their writes counted in [`Writers`](crate::pool::Writers).
+    /// trimmed one by one, their delta writes counted in [`Writers`](crate::pool::Writers).
     large: bool,
     dynamic_shape: bool,
     /// The rank every value has: fixed with the shape, or by a typed handle's `D` for a
@@ -275,8 +275,7 @@ impl<A: Element> Inner<A> {
     /// large version, every 64th of a small one (a walk of the pool costs more than they do).
     pub(crate) fn published(&self, number: u64, bytes: usize) {
         if bytes >= limbo::BATCH_BYTES {
-            self.home
-                .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
+            self.trim_large(bytes);
         } else if number.is_multiple_of(64) {
             self.home.trim(limbo::spares(bytes));
         }
@@ -291,15 +290,15 @@ impl<A: Element> Inner<A> {
     /// the pool keeps a version more or fewer until the next write's trims.
     pub(crate) fn reclaimed(&self) {
         if self.large {
-            let bytes = self.shape.iter().product::<usize>() * std::mem::size_of::<A>();
-            self.home
-                .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
+            self.trim_large(self.shape.iter().product::<usize>() * std::mem::size_of::<A>());
         }
     }
 
-    /// Whether the creation shape's versions are large (see the field).
-    pub(crate) fn large(&self) -> bool {
-        self.large
+    /// Trims the pool of versions of `bytes` (large) to its spares, and one more while
+    /// several threads add deltas ([`Writers`](crate::pool::Writers)).
+    fn trim_large(&self, bytes: usize) {
+        self.home
+            .trim(limbo::spares(bytes) + self.home.writers.extra_spares());
     }
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
