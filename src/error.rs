@@ -115,6 +115,19 @@ pub enum Error {
         name: String,
     },
 
+    /// A store's variable (or a store snapshot's entry) is paged where a dense one was asked
+    /// for, or dense where a paged one was: `get` is for [`Variable`](crate::Variable)s,
+    /// `get_paged` for [`PagedVariable`](crate::PagedVariable)s.
+    #[error("variable `{variable}` is {found}, not {expected}")]
+    KindMismatch {
+        /// The variable.
+        variable: String,
+        /// The kind asked for.
+        expected: VariableKind,
+        /// The kind it is.
+        found: VariableKind,
+    },
+
     /// A variable of that name already exists in the store.
     #[error("a variable named `{name}` already exists (it holds {dtype}, shape {shape:?})")]
     NameTaken {
@@ -318,4 +331,23 @@ pub(crate) fn check_indices(variable: &str, bound: usize, indices: &[usize]) -> 
 #[inline]
 pub(crate) fn same_shape(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// How a variable stores its versions: one dense tensor, or pages
+/// ([`PagedVariable`](crate::PagedVariable)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VariableKind {
+    /// A [`Variable`](crate::Variable): each version is one tensor.
+    Dense,
+    /// A [`PagedVariable`](crate::PagedVariable): each version is a tree of pages.
+    Paged,
+}
+
+impl std::fmt::Display for VariableKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VariableKind::Dense => "dense",
+            VariableKind::Paged => "paged",
+        })
+    }
 }

@@ -185,7 +185,7 @@ mod version;
 mod loom_model;
 
 pub use element::{DType, Element};
-pub use error::{Error, QueueProblem, Result};
+pub use error::{Error, QueueProblem, Result, VariableKind};
 pub use paged::{
     OwnedPagedSnapshot, PagedSnapshot, PagedStats, PagedTable, PagedVariable, PagedVariableBuilder,
 };

@@ -34,11 +34,12 @@ use std::ptr;
 use std::sync::Arc;
 
 mod build;
+mod chain;
 
 use super::table::{Entry, Layout, Node, Page, PagedTable};
 use crate::grace::Clock;
 use crate::pool::{orphan, Link};
-use crate::sync::{epoch, fence, AtomicUsize, Handoff, Ordering};
+use crate::sync::{clock, epoch, fence, AtomicPtr, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
 /// Spare tables (each with its root) a book keeps.
@@ -87,6 +88,12 @@ pub(crate) struct Ledger<A: Element> {
     spare_lists: Vec<Vec<Piece<A>>>,
     /// Pages and nodes replaced by the last write: the spares kept are sized by them.
     last_write: (usize, usize),
+    /// How many of the oldest tables have had their head count released.
+    heads_released: usize,
+    /// Tables whose `prev` links an older one ([`chain`]).
+    linked: usize,
+    /// Cut links, each with the tick of the book's clock after which its count is released.
+    cut: Vec<(*mut PagedTable<A>, u64)>,
     pages: Arc<AtomicUsize>,
 }
 
@@ -108,6 +115,9 @@ impl<A: Element> Book<A> {
                 spare_tables: Vec::new(),
                 spare_lists: Vec::new(),
                 last_write: (0, 0),
+                heads_released: 0,
+                linked: 0,
+                cut: Vec::new(),
                 pages: Arc::clone(&pages),
             }),
             pages,
@@ -118,6 +128,8 @@ impl<A: Element> Book<A> {
         let table = this.table(0);
         // SAFETY: a fresh table is ours alone.
         let t = unsafe { &mut *table };
+        // Acquire: as in `CommitRecord::committed_now` (version 0 is committed as it is made).
+        t.timestamp = clock().load(Ordering::Acquire);
         t.root.fill(ptr::null_mut());
         for p in 0..layout.pages {
             let page = this.page();
@@ -150,25 +162,18 @@ impl<A: Element> Ledger<A> {
     /// Reuses, oldest first, every table whose count is zero and whose elders are all
     /// reused, with the nodes and pages it was last to use; then trims the spares.
     pub(crate) fn reclaim(&mut self) {
-        // SAFETY: the book outlives its ledger.
-        let clock = &unsafe { &*self.book }.clock;
+        self.release_heads();
+        self.release_links();
         while self.tables.len() > 1 {
-            let front = self.tables.front_mut().expect("len > 1");
-            if front.point != 0 {
-                if !clock.passed(front.point) {
-                    break;
-                }
-                front.point = 0;
-                // SAFETY: the head's count, which the book kept until the grace period of
-                // the write that replaced the table was over (`passed` acquired it).
-                unsafe { release(front.table) };
-            }
+            let front = self.tables.front().expect("len > 1");
             // SAFETY: kept tables are alive (the book owns them).
             // Acquire: pairs with the Release decrement of its last holder, whose reads of
             // the table's pages then happen-before we reuse them.
             if unsafe { &*front.table }.refs.load(Ordering::Acquire) != 0 {
                 break;
             }
+            // Its head count was released (it is zero), so it was counted there.
+            self.heads_released -= 1;
             let Kept {
                 table,
                 mut last_used,
@@ -198,6 +203,29 @@ impl<A: Element> Ledger<A> {
         }
         self.spare_tables.truncate(SPARE_TABLES);
         self.spare_lists.truncate(SPARE_TABLES);
+    }
+
+    /// Gives up the head's count of every replaced table whose grace period is over, oldest
+    /// first (their points grow with their order), whether or not an older one is still
+    /// counted: a newer table's link to an older one ([`chain`]) is given up only once the
+    /// newer one is uncounted.
+    fn release_heads(&mut self) {
+        // SAFETY: the book outlives its ledger.
+        let clock = &unsafe { &*self.book }.clock;
+        let replaced = self.tables.len() - 1; // all but the head
+        while self.heads_released < replaced {
+            let kept = &mut self.tables[self.heads_released];
+            if kept.point != 0 {
+                if !clock.passed(kept.point) {
+                    break;
+                }
+                kept.point = 0;
+                // SAFETY: the head's count, which the book kept until the grace period of
+                // the write that replaced the table was over (`passed` acquired it).
+                unsafe { release(kept.table) };
+            }
+            self.heads_released += 1;
+        }
     }
 
     /// Gives up the head's count of the table the last [`build`](Self::build) replaced,
@@ -257,6 +285,8 @@ impl<A: Element> Ledger<A> {
         let mut table = self.spare_tables.pop().unwrap_or_else(|| {
             Box::new(PagedTable {
                 number: 0,
+                timestamp: 0,
+                prev: AtomicPtr::new(ptr::null_mut()),
                 root: vec![ptr::null_mut(); self.layout.root_len].into_boxed_slice(),
                 refs: AtomicUsize::new(0),
                 book: self.book,
@@ -265,6 +295,8 @@ impl<A: Element> Ledger<A> {
             })
         });
         table.handoff.touch(); // (re)built from here on: see `PagedTable::handoff`
+                               // Relaxed: ours alone (a reused table was uncounted, its link given up).
+        debug_assert!(table.prev.load(Ordering::Relaxed).is_null());
         table.number = number;
         table.refs = AtomicUsize::new(1);
         Box::into_raw(table)

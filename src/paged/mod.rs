@@ -10,6 +10,7 @@
 //! once, in arrival order), and reclamation is the book's ([`book`]): a version's pages are
 //! reused once no live version reaches them, and a reader's pin never frees anything.
 
+mod at;
 mod book;
 mod snapshot;
 mod table;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use ndarray::{Array, ArrayRef, Dimension};
 
+pub(crate) use self::at::TableAt;
 use self::book::Book;
 pub use self::snapshot::{OwnedPagedSnapshot, PagedSnapshot};
 use self::table::Layout;
@@ -72,14 +74,18 @@ use crate::Element;
 /// (versions are reused oldest first) the pages every later write replaced, until it is
 /// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
 ///
-/// Paged variables are not (yet) members of a [`Store`](crate::Store) or resources of a
-/// [`CriticalSection`](crate::CriticalSection).
+/// **In a store.** A paged variable can be a [`Store`](crate::Store)'s member
+/// ([`Store::paged`](crate::Store::paged)): store snapshots show it at the same point of the
+/// commit order as every other variable ([`StoreSnapshot::get_paged`](crate::StoreSnapshot::get_paged)),
+/// and checkpoints write it as one tensor. It cannot (yet) be a resource of a
+/// [`CriticalSection`](crate::CriticalSection), so [`Store::restore`](crate::Store::restore)
+/// refuses a checkpoint that names one.
 pub struct PagedVariable<A: Element> {
-    inner: Arc<Inner<A>>,
+    pub(crate) inner: Arc<Inner<A>>,
 }
 
-struct Inner<A: Element> {
-    layout: Arc<Layout>,
+pub(crate) struct Inner<A: Element> {
+    pub(crate) layout: Arc<Layout>,
     /// The newest table; only the combiner flag's holder stores it.
     head: AtomicPtr<PagedTable<A>>,
     /// Touched only by the combiner flag's holder (and by `drop`).
@@ -217,7 +223,7 @@ impl<A: Element> PagedVariable<A> {
 
     /// The current version number: 0, plus one per (combined) write.
     pub fn version(&self) -> u64 {
-        self.read().version()
+        self.inner.number()
     }
 
     /// The rows `indices` of the current value (see [`PagedTable::gather`]).
@@ -359,10 +365,14 @@ impl<A: Element> Publish<A> for Inner<A> {
         let old = self.head.load(Ordering::Relaxed);
         // SAFETY: `old` is the head and we hold the flag.
         let new = unsafe { book.build(old, deltas) };
+        // SAFETY: `new` is ours until published, `old` the head, and we hold the flag.
+        unsafe { book.link(new, old) };
         // SAFETY: ours until published, and immutable after.
         let version = unsafe { &*new }.number;
-        // Release: publishes the new table, its nodes and pages, to readers' Acquire loads.
-        self.head.store(new, Ordering::Release);
+        // AcqRel: Release publishes the new table, its nodes and pages, to readers' Acquire
+        // loads. A read-modify-write, as a dense install's CAS, for store snapshots, which
+        // read the head with one (`Head::newest_for_snapshot` says why).
+        self.head.swap(new, Ordering::AcqRel);
         book.retire_head(&epoch::pin());
         free_orphans();
         Some(version)
@@ -392,6 +402,7 @@ impl<A: Element> Drop for Inner<A> {
         // SAFETY: `&mut self`: no writer is left, and the book is alive while we hold it.
         let ledger = unsafe { (*self.book).ledger() };
         ledger.take_head_counts().for_each(retire);
+        ledger.take_links().into_iter().for_each(retire);
         // Relaxed: `&mut self`; no writer is left.
         retire(self.head.load(Ordering::Relaxed));
         // SAFETY: the variable's own hold on its book, given up once.

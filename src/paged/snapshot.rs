@@ -39,10 +39,8 @@ impl<A: Element> PagedSnapshot<A> {
     /// The same version, held by a count instead of a pin: `Send`, `Sync`, and kept for as
     /// long as it lives without holding back the reuse of any other version.
     pub fn to_owned_snapshot(&self) -> OwnedPagedSnapshot<A> {
-        // Relaxed: the pin keeps the count above zero until we unpin (the head's count is
-        // released through the epoch), so this count only has to exist, not publish anything.
-        self.refs.fetch_add(1, Ordering::Relaxed);
-        OwnedPagedSnapshot { table: self.table }
+        // SAFETY: reachable from the head while our pin lives.
+        unsafe { OwnedPagedSnapshot::count(self.table) }
     }
 }
 
@@ -74,6 +72,24 @@ pub struct OwnedPagedSnapshot<A: Element> {
 unsafe impl<A: Element> Send for OwnedPagedSnapshot<A> {}
 // SAFETY: as above.
 unsafe impl<A: Element> Sync for OwnedPagedSnapshot<A> {}
+
+impl<A: Element> OwnedPagedSnapshot<A> {
+    /// Takes a count of `table`.
+    ///
+    /// # Safety
+    /// The caller is pinned, and reached `table` from its variable's head or through a counted
+    /// link ([`chain`](super::book)) while pinned: those counts are released only after the
+    /// epoch's grace period, so the count is above zero until the caller unpins.
+    pub(crate) unsafe fn count(table: NonNull<PagedTable<A>>) -> Self {
+        // SAFETY: the caller's contract.
+        let t = unsafe { table.as_ref() };
+        t.handoff.look();
+        // Relaxed: the count is above zero (the contract), so this one only has to exist,
+        // not publish anything.
+        t.refs.fetch_add(1, Ordering::Relaxed);
+        Self { table }
+    }
+}
 
 impl<A: Element> Deref for OwnedPagedSnapshot<A> {
     type Target = PagedTable<A>;

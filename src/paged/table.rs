@@ -26,7 +26,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::error::{check_indices, Result};
-use crate::sync::{AtomicUsize, Handoff};
+use crate::sync::{AtomicPtr, AtomicUsize, Handoff};
 use crate::Element;
 
 /// The tree is shaped for writes of this many pages (a typical sparse step: 32 embeddings).
@@ -164,6 +164,12 @@ fn tree_shape(pages: usize) -> (u32, u32) {
 /// [`to_array`](Self::to_array), an explicit copy.
 pub struct PagedTable<A: Element> {
     pub(crate) number: u64,
+    /// The commit timestamp: the clock's value when the write that built it read it (see
+    /// [`record`](crate::record)); set before the table is published, never changed after.
+    pub(crate) timestamp: u64,
+    /// While a store snapshot is in progress, the newest older table one may need (one count
+    /// of it); null otherwise. Only the flag holder sets or cuts it ([`chain`](super::chain)).
+    pub(crate) prev: AtomicPtr<PagedTable<A>>,
     /// `layout.root_len` entries: the top level's nodes.
     pub(crate) root: Box<[Entry]>,
     /// The head's link (kept by the book after a write replaces it, until its grace tick has

@@ -1,6 +1,7 @@
 //! [`Store`]: a registry of named variables of mixed element types, and its consistent
 //! snapshots.
 
+mod paged;
 pub(crate) mod snapshot;
 
 pub use snapshot::{Entries, SnapshotEntry, StoreSnapshot};
@@ -15,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::head;
 use crate::sync::{epoch, RcuCell};
 use crate::variable::Inner;
-use crate::{DType, Element, Variable};
+use crate::{DType, Element, Variable, VariableKind};
 
 /// A registry of named variables of mixed element types.
 ///
@@ -61,6 +62,7 @@ pub(crate) struct Entry {
 
 /// What the store can do with a variable without knowing its element type.
 pub(crate) trait ErasedVariable: Send + Sync {
+    fn kind(&self) -> VariableKind;
     fn dtype(&self) -> DType;
     fn info(&self) -> VariableInfo;
     /// The version a snapshot at clock value `at` sees (see [`Head::visible_at`](crate::head::Head::visible_at)).
@@ -78,6 +80,9 @@ pub(crate) enum At {
 }
 
 impl<A: Element> ErasedVariable for Inner<A> {
+    fn kind(&self) -> VariableKind {
+        VariableKind::Dense
+    }
     fn dtype(&self) -> DType {
         A::DTYPE
     }
@@ -97,6 +102,7 @@ impl<A: Element> ErasedVariable for Inner<A> {
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             version: version.number,
+            kind: VariableKind::Dense,
         }
     }
 }
@@ -113,6 +119,8 @@ pub struct VariableInfo {
     pub shape: Vec<usize>,
     /// Its current version number.
     pub version: u64,
+    /// Dense ([`Store::get`]) or paged ([`Store::get_paged`]).
+    pub kind: VariableKind,
 }
 
 impl Default for RcuCell<Registry> {
@@ -147,11 +155,18 @@ impl Store {
     /// # Errors
     /// [`Error::NameTaken`] if the store already has a variable of that name.
     pub fn register<A: Element, D: Dimension>(&self, variable: &Variable<A, D>) -> Result<()> {
-        let name: Arc<str> = variable.name().into();
-        let entry = Entry {
-            any: variable.inner.clone(),
-            erased: variable.inner.clone(),
-        };
+        self.insert(
+            variable.name(),
+            Entry {
+                any: variable.inner.clone(),
+                erased: variable.inner.clone(),
+            },
+        )
+    }
+
+    /// Registers `entry` under `name`, unless the name is taken.
+    fn insert(&self, name: &str, entry: Entry) -> Result<()> {
+        let name: Arc<str> = name.into();
         self.registry.update(|registry| {
             if let Some(existing) = registry.get(&name) {
                 let info = existing.erased.info();
@@ -173,12 +188,11 @@ impl Store {
     /// # Errors
     /// [`Error::NotFound`] if there is none; [`Error::DTypeMismatch`] if it holds another
     /// element type than `A`; [`Error::RankMismatch`] if `D` has a static rank and the
-    /// variable another one (or a dynamic shape whose rank may change).
+    /// variable another one (or a dynamic shape whose rank may change);
+    /// [`Error::KindMismatch`] if it is a paged variable ([`get_paged`](Self::get_paged)).
     pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<Variable<A, D>> {
         let registry = self.registry.load();
-        let entry = registry.get(name).ok_or_else(|| Error::NotFound {
-            name: name.to_owned(),
-        })?;
+        let entry = entry(&registry, name, VariableKind::Dense)?;
         let inner =
             Arc::clone(&entry.any)
                 .downcast::<Inner<A>>()
@@ -222,6 +236,22 @@ impl Store {
             .map(|entry| entry.erased.info())
             .collect()
     }
+}
+
+/// The entry named `name`, checked to be of `kind`.
+fn entry<'r>(registry: &'r Registry, name: &str, kind: VariableKind) -> Result<&'r Entry> {
+    let entry = registry.get(name).ok_or_else(|| Error::NotFound {
+        name: name.to_owned(),
+    })?;
+    let found = entry.erased.kind();
+    if found != kind {
+        return Err(Error::KindMismatch {
+            variable: name.to_owned(),
+            expected: kind,
+            found,
+        });
+    }
+    Ok(entry)
 }
 
 impl std::fmt::Debug for Store {

@@ -11,7 +11,7 @@ use crate::horizon::Registration;
 use crate::record;
 use crate::sync::epoch;
 use crate::version::VersionRef;
-use crate::{dim, DType, Element, OwnedSnapshot};
+use crate::{dim, DType, Element, OwnedSnapshot, VariableKind};
 use ndarray::Dimension;
 
 /// A consistent cut through a [`Store`](crate::Store), from
@@ -81,8 +81,9 @@ pub(crate) fn unlinked<T>(name: &str) -> Option<T> {
 /// One variable's version in a snapshot, type-erased.
 #[derive(Clone)]
 pub(crate) struct Captured {
-    /// A `VersionRef<A>`.
-    version: Arc<dyn Any + Send + Sync>,
+    /// A `VersionRef<A>` (dense) or an `OwnedPagedSnapshot<A>` (paged).
+    pub(crate) version: Arc<dyn Any + Send + Sync>,
+    pub(crate) kind: VariableKind,
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
     pub(crate) number: u64,
@@ -105,6 +106,7 @@ impl Captured {
                         .expect("versions are in standard layout"),
                 )
             },
+            kind: VariableKind::Dense,
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             number: version.number,
@@ -144,12 +146,18 @@ impl StoreSnapshot {
     /// # Errors
     /// [`Error::NotFound`] if the snapshot has no such variable (unknown, or created after
     /// the snapshot); [`Error::DTypeMismatch`] if it holds another element type than `A`;
-    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one.
+    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one;
+    /// [`Error::KindMismatch`] for a paged variable ([`get_paged`](Self::get_paged)).
     pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<OwnedSnapshot<A, D>> {
+        self.entry(name)?.get()
+    }
+
+    /// The entry named `name`.
+    pub(crate) fn entry<'s>(&'s self, name: &'s str) -> Result<SnapshotEntry<'s>> {
         let entry = self.entries.get(name).ok_or_else(|| Error::NotFound {
             name: name.to_owned(),
         })?;
-        SnapshotEntry { name, entry }.get()
+        Ok(SnapshotEntry { name, entry })
     }
 
     /// The number of variables in the snapshot.
@@ -211,14 +219,18 @@ impl std::fmt::Debug for Entries<'_> {
 /// One variable of a [`StoreSnapshot`].
 #[derive(Clone, Copy)]
 pub struct SnapshotEntry<'s> {
-    name: &'s str,
-    entry: &'s Captured,
+    pub(crate) name: &'s str,
+    pub(crate) entry: &'s Captured,
 }
 
 impl SnapshotEntry<'_> {
     /// The variable's name.
     pub fn name(&self) -> &str {
         self.name
+    }
+    /// Dense ([`get`](Self::get)) or paged ([`get_paged`](Self::get_paged)).
+    pub fn kind(&self) -> VariableKind {
+        self.entry.kind
     }
     /// Its element type.
     pub fn dtype(&self) -> DType {
@@ -236,8 +248,10 @@ impl SnapshotEntry<'_> {
     ///
     /// # Errors
     /// [`Error::DTypeMismatch`] if it holds another element type than `A`;
-    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one.
+    /// [`Error::RankMismatch`] if `D` has a static rank and the value another one;
+    /// [`Error::KindMismatch`] if it is a paged variable's ([`get_paged`](Self::get_paged)).
     pub fn get<A: Element, D: Dimension>(&self) -> Result<OwnedSnapshot<A, D>> {
+        self.check_kind(VariableKind::Dense)?;
         if let Some(rank) = dim::rank::<D>() {
             if rank != self.entry.shape.len() {
                 return Err(Error::RankMismatch {
@@ -277,6 +291,7 @@ impl std::fmt::Debug for SnapshotEntry<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SnapshotEntry")
             .field("name", &self.name())
+            .field("kind", &self.kind())
             .field("dtype", &self.dtype())
             .field("shape", &self.shape())
             .field("version", &self.version())

@@ -1,0 +1,60 @@
+//! A paged variable as of a store snapshot's clock value: the read side of the
+//! [chain](super::book) that writers keep while store snapshots are in progress.
+
+use std::ptr::NonNull;
+
+use super::{Inner, OwnedPagedSnapshot};
+use crate::sync::{epoch, read_for_update, Ordering};
+use crate::Element;
+
+/// What a store snapshot finds on a paged variable.
+pub(crate) enum TableAt<A: Element> {
+    /// The table it shows, counted.
+    Table(OwnedPagedSnapshot<A>),
+    /// The variable was created after the snapshot's clock value.
+    NotYetCreated,
+    /// The table it needs was unlinked: a broken invariant (writers keep it linked while the
+    /// snapshot is registered in the horizon).
+    Unlinked,
+}
+
+impl<A: Element> Inner<A> {
+    /// The current version number.
+    pub(crate) fn number(&self) -> u64 {
+        let guard = epoch::pin();
+        // Acquire: pairs with the swap that published the table.
+        let table = self.head.load(Ordering::Acquire);
+        // SAFETY: the head's table lives while we are pinned (its count is released through
+        // the epoch).
+        let number = unsafe { &*table }.number;
+        drop(guard);
+        number
+    }
+
+    /// The newest table committed at or before `at`, found by walking the links writers keep
+    /// while a store snapshot is in progress: at most one step per snapshot that ticked the
+    /// clock since `at`, whatever writers do meanwhile.
+    pub(crate) fn table_at(&self, at: u64, _guard: &epoch::Guard) -> TableAt<A> {
+        // AcqRel: a read-modify-write, which the writers' swap of the head reads from or
+        // follows: the store-buffering argument of `Head::newest_for_snapshot`.
+        let mut raw = read_for_update(&self.head, Ordering::AcqRel);
+        loop {
+            let table = NonNull::new(raw).expect("a head and its links are never null");
+            // SAFETY: reached from the head or through a counted link while `_guard` is
+            // pinned; those counts are released after the epoch's grace period.
+            let t = unsafe { table.as_ref() };
+            if t.timestamp <= at {
+                // SAFETY: as above.
+                return TableAt::Table(unsafe { OwnedPagedSnapshot::count(table) });
+            }
+            if t.number == 0 {
+                return TableAt::NotYetCreated;
+            }
+            // Acquire: as a dense variable's walk (the link was published with its table).
+            raw = t.prev.load(Ordering::Acquire);
+            if raw.is_null() {
+                return TableAt::Unlinked;
+            }
+        }
+    }
+}
