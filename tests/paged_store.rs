@@ -129,15 +129,34 @@ fn store_snapshots_cut_paged_and_dense_writes_consistently() {
 }
 
 #[test]
-fn a_checkpoint_writes_a_paged_table_and_restore_refuses_it() {
+fn a_checkpoint_writes_a_paged_table_whole_and_loads_it_paged() {
     let store = Store::new();
     let emb = store.paged("emb", Array2::<f32>::zeros((1000, 3))).unwrap();
     emb.scatter_add(&[0, 999], &Array2::from_elem((2, 3), 2.5))
         .unwrap();
     let bytes = store.snapshot().to_bytes().unwrap();
     let loaded = Store::load_bytes(&bytes).unwrap();
-    let value = loaded.get::<f32, IxDyn>("emb").unwrap().read().to_owned();
-    assert_eq!(value, emb.read().to_array());
+    let again = loaded.get_paged::<f32>("emb").unwrap();
+    assert_eq!(again.read().to_array(), emb.read().to_array());
+    assert_eq!(again.read().rows_per_page(), emb.read().rows_per_page());
+    let wide = PagedVariable::builder(Array2::<f32>::ones((10, 3)))
+        .name("wide")
+        .rows_per_page(4)
+        .build()
+        .unwrap();
+    store.register_paged(&wide).unwrap();
+    let loaded = Store::load_bytes(&store.snapshot().to_bytes().unwrap()).unwrap();
+    let again = loaded.get_paged::<f32>("wide").unwrap();
+    assert_eq!(again.read().rows_per_page(), 4, "the page size comes back");
+    assert_eq!(again.read().to_array(), wide.read().to_array());
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn restore_refuses_a_checkpoint_that_names_a_paged_variable() {
+    let store = Store::new();
+    let emb = store.paged("emb", Array2::<f32>::zeros((1000, 3))).unwrap();
+    emb.scatter_add(&[0], &Array2::ones((1, 3))).unwrap();
 
     let dir = std::env::temp_dir().join(format!("mvtensor-paged-store-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -151,4 +170,19 @@ fn a_checkpoint_writes_a_paged_table_and_restore_refuses_it() {
     );
     assert_eq!(emb.version(), 2, "nothing applied");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_page_size_in_a_checkpoint_is_a_typed_error() {
+    let data = vec![0u8; 4 * 6];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 3], &data).unwrap();
+    let metadata = [("mvtensor.paged.emb".to_owned(), "lots".to_owned())].into();
+    let bytes = safetensors::serialize([("emb", view)], Some(metadata)).unwrap();
+    let refused = Store::load_bytes(&bytes);
+    assert!(
+        matches!(&refused, Err(Error::Checkpoint { problem, .. }) if problem.contains("not a number of rows")),
+        "{:?}",
+        refused.map(|s| s.len())
+    );
 }

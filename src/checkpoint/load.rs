@@ -7,9 +7,11 @@ use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
-use super::checkpoint_error;
+use super::{checkpoint_error, PAGED};
 use crate::error::{Error, Result};
-use crate::{CriticalSection, CriticalSectionBuilder, Element, Store, Txn, Variable};
+use crate::{
+    CriticalSection, CriticalSectionBuilder, Element, PagedVariable, Store, Txn, Variable,
+};
 
 /// What [`Store::restore`] does with a variable that one side has and the other lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -80,8 +82,8 @@ impl Store {
         let tensors = parse(bytes, file)?;
         let store = Store::new();
         for t in tensors {
-            let name = t.name;
-            dispatch!(t.values, values => store.variable(&name, values).map(drop))
+            let (name, rows) = (t.name, t.rows_per_page);
+            dispatch!(t.values, values => load_one(&store, &name, values, rows))
                 .map_err(|e| error(file, e.to_string()))?;
         }
         Ok(store)
@@ -152,6 +154,25 @@ impl Store {
     }
 }
 
+/// Registers `values` in `store` under `name`: a paged variable of `rows_per_page` rows a
+/// page if the file says it was one, else a dense one.
+fn load_one<A: Element>(
+    store: &Store,
+    name: &str,
+    values: ArrayD<A>,
+    rows_per_page: Option<usize>,
+) -> Result<()> {
+    match rows_per_page {
+        None => store.variable(name, values).map(drop),
+        Some(rows) => store.register_paged(
+            &PagedVariable::builder(values)
+                .name(name)
+                .rows_per_page(rows)
+                .build()?,
+        ),
+    }
+}
+
 /// One tensor of a checkpoint, checked against its variable and ready to assign.
 trait Staged: Send {
     fn claim(&self, builder: CriticalSectionBuilder) -> CriticalSectionBuilder;
@@ -183,6 +204,8 @@ fn stage<A: Element>(store: &Store, name: &str, value: ArrayD<A>) -> Result<Box<
 struct Parsed {
     name: String,
     values: Values,
+    /// A paged variable's rows per page (the file's `mvtensor.paged.<name>`).
+    rows_per_page: Option<usize>,
 }
 
 /// A tensor's values, as the element type its dtype names.
@@ -218,14 +241,26 @@ use dispatch;
 /// returned.
 fn parse(bytes: &[u8], file: &str) -> Result<Vec<Parsed>> {
     let tensors = SafeTensors::deserialize(bytes).map_err(|e| error(file, e.to_string()))?;
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| error(file, e.to_string()))?;
+    let metadata = header.metadata().clone().unwrap_or_default();
     let mut parsed = tensors
         .iter()
         .map(|(name, view)| {
             let values =
                 values(&view).map_err(|problem| error(file, format!("`{name}`: {problem}")))?;
+            let rows_per_page = match metadata.get(&format!("{PAGED}{name}")) {
+                None => None,
+                Some(rows) => Some(rows.parse().map_err(|_| {
+                    error(
+                        file,
+                        format!("`{PAGED}{name}` is `{rows}`, not a number of rows"),
+                    )
+                })?),
+            };
             Ok(Parsed {
                 name: name.to_owned(),
                 values,
+                rows_per_page,
             })
         })
         .collect::<Result<Vec<_>>>()?;

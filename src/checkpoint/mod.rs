@@ -10,8 +10,10 @@
 //! * **The format is plain safetensors**: each variable is a tensor under its name, with its
 //!   dtype (`F32`, `F64`, `I32`, `I64`, `F16`, `BF16`) and shape; the header's
 //!   `__metadata__` holds the snapshot's commit timestamp (`mvtensor.timestamp`) and each
-//!   variable's version number (`mvtensor.version.<name>`). Python's `safetensors` package
-//!   reads it, and mvtensor reads what it writes.
+//!   variable's version number (`mvtensor.version.<name>`), and each paged variable's rows
+//!   per page (`mvtensor.paged.<name>`: the tensor is written whole, and [`Store::load`]
+//!   makes it paged again). Python's `safetensors` package reads it, and mvtensor reads what
+//!   it writes.
 //! * **Restoring is one commit** ([`Store::restore`]): every variable of the file changes at
 //!   once, through the variables' queues like any critical section, so a store snapshot sees
 //!   all of the checkpoint or none of it.
@@ -72,6 +74,8 @@ pub use periodic::{Checkpoints, Periodic};
 const TIMESTAMP: &str = "mvtensor.timestamp";
 /// The metadata key prefix of each variable's version number.
 const VERSION: &str = "mvtensor.version.";
+/// The metadata key prefix of a paged variable's rows per page.
+const PAGED: &str = "mvtensor.paged.";
 
 impl StoreSnapshot {
     /// Writes this snapshot as one safetensors file at `path`, crash-safe (see the
@@ -113,6 +117,9 @@ impl StoreSnapshot {
             .iter()
             .map(|(name, captured)| {
                 metadata.insert(format!("{VERSION}{name}"), captured.number.to_string());
+                if let Some(rows) = captured.rows_per_page {
+                    metadata.insert(format!("{PAGED}{name}"), rows.to_string());
+                }
                 let tensor = Tensor {
                     dtype: dtype_out(captured.dtype),
                     shape: &captured.shape,

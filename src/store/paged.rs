@@ -50,6 +50,7 @@ impl Captured {
                 Cow::Owned(crate::checkpoint::le_bytes(slice).into_owned())
             },
             kind: VariableKind::Paged,
+            rows_per_page: Some(table.rows_per_page()),
             dtype: A::DTYPE,
             shape: table.shape().to_vec(),
             number: table.version(),

@@ -84,6 +84,8 @@ pub(crate) struct Captured {
     /// A `VersionRef<A>` (dense) or an `OwnedPagedSnapshot<A>` (paged).
     pub(crate) version: Arc<dyn Any + Send + Sync>,
     pub(crate) kind: VariableKind,
+    /// A paged variable's rows per page (for checkpoints).
+    pub(crate) rows_per_page: Option<usize>,
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
     pub(crate) number: u64,
@@ -107,6 +109,7 @@ impl Captured {
                 )
             },
             kind: VariableKind::Dense,
+            rows_per_page: None,
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             number: version.number,
