@@ -81,6 +81,11 @@ impl Report<'_> {
     }
 
     fn header(&self, s: &mut String) {
+        /// Said on machines where 4 and 8 threads are more threads than cores.
+        const FEW_CORES: &str = "With this few cores, 4 and 8 threads leave every variant \
+             bound by the cores, and threads that never wait keep their share of them: \
+             [benchmarks-16-cores](benchmarks-16-cores/README.md) is one run of this report on \
+             16 cores, beside these figures.";
         let e = self.env;
         let p = self.plan;
         let _ = writeln!(s, "# Benchmarks: mvtensor against mutex variants\n");
@@ -106,6 +111,9 @@ impl Report<'_> {
              (CI may run beside the benchmark), so treat differences under ~10% as noise.\n",
             e.load_before, self.load_after
         );
+        if e.cores < 8 {
+            let _ = writeln!(s, "{FEW_CORES}\n");
+        }
         let _ = writeln!(
             s,
             "**This is a short run** (scale {}): each dense cell runs {} ms, {} times, \
