@@ -59,7 +59,9 @@ impl Restore {
 
 impl Store {
     /// Reads the checkpoint at `path` into a new store: one fixed-shape variable per tensor,
-    /// under the tensor's name, at version 0.
+    /// under the tensor's name, at version 0; a tensor saved from a paged variable
+    /// (`mvtensor.paged.<name>` in the metadata) becomes a paged variable of the same page
+    /// size.
     ///
     /// # Errors
     /// [`Error::Checkpoint`] naming the file and the problem: unreadable, malformed, or a

@@ -40,9 +40,14 @@ impl<A: Element> Inner<A> {
         let mut raw = read_for_update(&self.head, Ordering::AcqRel);
         loop {
             let table = NonNull::new(raw).expect("a head and its links are never null");
-            // SAFETY: reached from the head or through a counted link while `_guard` is
-            // pinned; those counts are released after the epoch's grace period.
+            // SAFETY: reached from the head, or through the link of a table we stood on, while
+            // `_guard` is pinned. The head's count and a cut link's are released only after
+            // every walker pinned before the swap or the cut has unpinned (the book's grace
+            // clock); a link of a table stays until that table is uncounted, which it is not
+            // while we stand on it: by induction along the walk, the table's count is above
+            // zero.
             let t = unsafe { table.as_ref() };
+            t.handoff.look(); // under loom: the table was not reused while we stand on it
             if t.timestamp <= at {
                 // SAFETY: as above.
                 return TableAt::Table(unsafe { OwnedPagedSnapshot::count(table) });
@@ -50,7 +55,9 @@ impl<A: Element> Inner<A> {
             if t.number == 0 {
                 return TableAt::NotYetCreated;
             }
-            // Acquire: as a dense variable's walk (the link was published with its table).
+            // Acquire: not needed for the value (a link is set before its table is published,
+            // and later only cut to null, so the load sees what the head's swap published or
+            // null), but it keeps the walk's reasoning local to each step; free on x86.
             raw = t.prev.load(Ordering::Acquire);
             if raw.is_null() {
                 return TableAt::Unlinked;

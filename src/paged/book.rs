@@ -16,8 +16,10 @@
 //! docs/design.md), at most `3k + 8` spare pages, `k` being the pages the last write
 //! replaced, and at most `3n + 8` spare nodes, `n` being the nodes it replaced.
 //!
-//! **Counts, and a reader's pin.** A table's count holds the head's link and each owned
-//! snapshot. A replaced head's count is given up by the writer itself, in
+//! **Counts, and a reader's pin.** A table's count holds the head's link, each owned
+//! snapshot, and the link of each newer table that keeps it for a store snapshot in progress
+//! ([`chain`]: such a link is released after the book's grace clock once cut, or at once when
+//! its table is uncounted). A replaced head's count is given up by the writer itself, in
 //! [`reclaim`](Ledger::reclaim), once a tick of the book's grace clock deferred after the
 //! swap has run ([`retire_head`](Ledger::retire_head)); an owned snapshot's drops from any
 //! thread. Dropping it only decrements; the writer finds the zero when it next reclaims. A
@@ -90,8 +92,9 @@ pub(crate) struct Ledger<A: Element> {
     last_write: (usize, usize),
     /// How many of the oldest tables have had their head count released.
     heads_released: usize,
-    /// Tables whose `prev` links an older one ([`chain`]).
-    linked: usize,
+    /// Tables that were given a link to an older one ([`chain`]), in linking order; those
+    /// whose link is cut leave at the next `release_links`.
+    linked: Vec<*mut PagedTable<A>>,
     /// Cut links, each with the tick of the book's clock after which its count is released.
     cut: Vec<(*mut PagedTable<A>, u64)>,
     pages: Arc<AtomicUsize>,
@@ -116,7 +119,7 @@ impl<A: Element> Book<A> {
                 spare_lists: Vec::new(),
                 last_write: (0, 0),
                 heads_released: 0,
-                linked: 0,
+                linked: Vec::new(),
                 cut: Vec::new(),
                 pages: Arc::clone(&pages),
             }),
@@ -128,8 +131,9 @@ impl<A: Element> Book<A> {
         let table = this.table(0);
         // SAFETY: a fresh table is ours alone.
         let t = unsafe { &mut *table };
-        // Acquire: as in `CommitRecord::committed_now` (version 0 is committed as it is made).
-        t.timestamp = clock().load(Ordering::Acquire);
+        // Relaxed: version 0's timestamp only has to be a clock value from before the
+        // variable can be registered anywhere (no horizon read follows: nothing links to it).
+        t.timestamp = clock().load(Ordering::Relaxed);
         t.root.fill(ptr::null_mut());
         for p in 0..layout.pages {
             let page = this.page();

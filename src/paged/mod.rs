@@ -79,7 +79,7 @@ use crate::Element;
 /// commit order as every other variable ([`StoreSnapshot::get_paged`](crate::StoreSnapshot::get_paged)),
 /// and checkpoints write it as one tensor. It cannot (yet) be a resource of a
 /// [`CriticalSection`](crate::CriticalSection), so [`Store::restore`](crate::Store::restore)
-/// refuses a checkpoint that names one.
+/// refuses a checkpoint with a tensor whose variable in the store is paged.
 pub struct PagedVariable<A: Element> {
     pub(crate) inner: Arc<Inner<A>>,
 }
@@ -379,8 +379,8 @@ impl<A: Element> Publish<A> for Inner<A> {
     }
 }
 
-/// Releases the head's count of a table once every thread pinned now has unpinned: for the
-/// tables whose count the book still holds when the variable is dropped (while it lives, the
+/// Releases a count of a table once every thread pinned now has unpinned: for the counts the
+/// book still holds when the variable is dropped, the head's and links' (while it lives, the
 /// book's grace clock does it: [`Ledger::retire_head`](book::Ledger::retire_head)).
 fn retire<A: Element>(table: *mut PagedTable<A>) {
     struct Retired<A: Element>(*mut PagedTable<A>);
@@ -391,7 +391,8 @@ fn retire<A: Element>(table: *mut PagedTable<A>) {
     let guard = epoch::pin();
     guard.defer(move || {
         let retired = retired;
-        // SAFETY: the head's count, given up once no pinned reader can still see the table.
+        // SAFETY: a count the book held (the head's, or a link's), given up once no pinned
+        // reader or walker can still see the table.
         unsafe { book::release(retired.0) }
     });
     guard.flush();

@@ -77,9 +77,9 @@ impl<A: Element> OwnedPagedSnapshot<A> {
     /// Takes a count of `table`.
     ///
     /// # Safety
-    /// The caller is pinned, and reached `table` from its variable's head or through a counted
-    /// link ([`chain`](super::book)) while pinned: those counts are released only after the
-    /// epoch's grace period, so the count is above zero until the caller unpins.
+    /// The caller is pinned, and reached `table` from its variable's head, or through the link
+    /// of a table whose count stays above zero while the caller stands on it, while pinned
+    /// (see `TableAt`'s walk): so the count is above zero until the caller unpins.
     pub(crate) unsafe fn count(table: NonNull<PagedTable<A>>) -> Self {
         // SAFETY: the caller's contract.
         let t = unsafe { table.as_ref() };

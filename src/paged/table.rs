@@ -168,12 +168,12 @@ pub struct PagedTable<A: Element> {
     /// [`record`](crate::record)); set before the table is published, never changed after.
     pub(crate) timestamp: u64,
     /// While a store snapshot is in progress, the newest older table one may need (one count
-    /// of it); null otherwise. Only the flag holder sets or cuts it ([`chain`](super::chain)).
+    /// of it); null otherwise. Only the flag holder sets or cuts it (`book::chain`).
     pub(crate) prev: AtomicPtr<PagedTable<A>>,
     /// `layout.root_len` entries: the top level's nodes.
     pub(crate) root: Box<[Entry]>,
     /// The head's link (kept by the book after a write replaces it, until its grace tick has
-    /// run), and each owned snapshot.
+    /// run), each owned snapshot, and each newer table's `prev` link to it.
     pub(crate) refs: AtomicUsize,
     /// The book that owns this table's pages (see `book::release`); set once.
     pub(crate) book: *const super::book::Book<A>,

@@ -56,3 +56,131 @@ fn every_tree_shape_matches_a_dense_model() {
         }
     }
 }
+
+/// What the chain of `book::chain` does, step by step, with a store snapshot's registration
+/// made by hand (so that the interleavings are fixed, not raced).
+mod chain {
+    use ndarray::Array2;
+
+    use crate::horizon::Registration;
+    use crate::paged::{PagedTable, PagedVariable};
+    use crate::sync::{epoch, Ordering};
+
+    /// The horizon is global: these tests register snapshots by hand, so they run one at a
+    /// time (no other unit test registers one).
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn table() -> PagedVariable<i64> {
+        PagedVariable::builder(Array2::zeros((4, 1)))
+            .rows_per_page(1)
+            .build()
+            .unwrap()
+    }
+
+    fn add(v: &PagedVariable<i64>) {
+        v.scatter_add(&[0], &Array2::ones((1, 1))).unwrap();
+    }
+
+    /// A store snapshot in progress at the clock's current value.
+    fn in_progress() -> Registration {
+        let registration = Registration::begin();
+        registration.at(crate::record::tick());
+        registration
+    }
+
+    fn prev(t: &PagedTable<i64>) -> *mut PagedTable<i64> {
+        t.prev.load(Ordering::Relaxed)
+    }
+
+    /// Lets crossbeam-epoch run what is deferred: every grace period passes.
+    fn settle() {
+        for _ in 0..8 {
+            epoch::pin().flush();
+        }
+    }
+
+    /// A table a snapshot kept (its count held, as a store snapshot held for a checkpoint
+    /// holds it) keeps its link only while a snapshot is in progress: the first write that
+    /// finds none cuts it, so later writes do not carry it (nor scan for it).
+    #[test]
+    fn a_held_tables_link_is_cut_once_no_snapshot_is_in_progress() {
+        let _serial = serial();
+        let v = table();
+        let snapshot = in_progress();
+        add(&v); // committed after the snapshot's tick: links to version 0
+        let held = v.read_owned();
+        assert!(!prev(&held).is_null(), "a write during a snapshot links");
+        drop(snapshot);
+        add(&v);
+        assert!(
+            prev(&held).is_null(),
+            "the link survived a write with no snapshot"
+        );
+        assert!(prev(&v.read()).is_null());
+    }
+
+    /// A walker standing on a table through a link that a later write cuts: the table is not
+    /// reused (its count stays) until the walker unpins, however many writes follow.
+    #[test]
+    fn a_cut_link_waits_for_the_walkers_pinned_before_the_cut() {
+        let _serial = serial();
+        let v = table();
+        let snapshot = in_progress();
+        add(&v); // links to version 0
+        settle();
+        add(&v);
+        settle(); // the replaced tables' head counts are released at the next write
+        add(&v);
+        let head = v.read();
+        let walker = epoch::pin(); // a snapshot's walk, standing on the linked table
+        let on: *const PagedTable<i64> = prev(&head);
+        assert!(!on.is_null());
+        // SAFETY: linked, so counted, and we are pinned.
+        let number = unsafe { &*on }.number;
+        drop(head);
+        drop(snapshot);
+        for _ in 0..6 {
+            add(&v); // the first cuts the link; none may release it while `walker` is pinned
+        }
+        // SAFETY: the cut link's count keeps it alive while we are pinned.
+        let refs = unsafe { &*on }.refs.load(Ordering::Relaxed);
+        assert!(refs >= 1, "a cut link was released under a pinned walker");
+        // SAFETY: as above; never reused while counted.
+        let now = unsafe { &*on }.number;
+        assert_eq!(now, number, "reused under a pinned walker");
+        drop(walker);
+    }
+
+    /// A variable dropped while its tables still have links (a snapshot in progress, and a
+    /// held table with a link): every count is released and the book freed, down to its last
+    /// page, once the holders let go.
+    #[test]
+    fn a_variable_dropped_with_links_frees_its_book() {
+        let _serial = serial();
+        let v = table();
+        let pages = std::sync::Arc::clone(&v.inner.pages);
+        let snapshot = in_progress();
+        add(&v);
+        let held = v.read_owned();
+        add(&v);
+        add(&v);
+        assert!(!prev(&held).is_null());
+        drop(v);
+        drop(snapshot);
+        drop(held);
+        for _ in 0..64 {
+            settle();
+            crate::pool::free_orphans();
+            if pages.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+        }
+        panic!("{} pages still allocated", pages.load(Ordering::Relaxed));
+    }
+}

@@ -42,12 +42,17 @@ impl<A: Element> ErasedVariable for Inner<A> {
 impl Captured {
     fn paged<A: Element>(table: OwnedPagedSnapshot<A>) -> Self {
         Self {
-            // A checkpoint writes the table as one tensor: a copy of every page.
+            // A checkpoint writes the table as one tensor: one copy of every page's rows.
             bytes: |captured| {
                 let table = paged_table::<A>(captured).expect("made with this element type");
-                let values = table.to_array();
-                let slice = values.as_slice().expect("to_array is in standard layout");
-                Cow::Owned(crate::checkpoint::le_bytes(slice).into_owned())
+                let layout = &table.layout;
+                let mut bytes =
+                    Vec::with_capacity(layout.rows() * layout.width * std::mem::size_of::<A>());
+                for page in 0..layout.pages {
+                    let rows = &table.page(page)[..layout.rows_in(page) * layout.width];
+                    bytes.extend_from_slice(&crate::checkpoint::le_bytes(rows));
+                }
+                Cow::Owned(bytes)
             },
             kind: VariableKind::Paged,
             rows_per_page: Some(table.rows_per_page()),

@@ -1,24 +1,28 @@
 //! The chain of older tables that store snapshots in progress may need: a paged variable's
-//! side of the [horizon](crate::horizon) protocol, as [`Version::release_prev`] is a dense
+//! side of [the horizon protocol](crate::horizon), as `Version::release_prev` is a dense
 //! variable's.
 //!
 //! A store snapshot at clock value `S` needs, from every variable, the newest version committed
 //! at or before `S`, however many writes land while it walks the store. A paged write is
 //! stamped with the clock it read before publishing (a write of one variable commits as it is
-//! installed, like a dense one), then reads the horizon. With no snapshot in progress the new
-//! table links to nothing. Otherwise its `prev` takes a count of the newest older table
+//! installed, like a dense one), then reads the horizon. If no snapshot in progress can need
+//! anything older than the new table (none is in progress, or the oldest one's clock value is
+//! at or past the new table's timestamp), the new table links to nothing and every link left
+//! from earlier writes is cut. Otherwise its `prev` takes a count of the newest older table
 //! committed *before* its own timestamp (tables committed at the same timestamp are skipped: no
 //! snapshot ticked between them), and every link below the table the oldest snapshot in
 //! progress needs is cut. So the chain is at most one table longer than the number of snapshots
-//! that ticked since the oldest one in progress, and empty again after the first write once
-//! none is.
+//! that ticked since the oldest one in progress, and the first write that finds none in
+//! progress cuts it all, whoever still counts the tables on it (a store snapshot held for a
+//! checkpoint, say).
 //!
-//! Only the combiner flag's holder links or cuts; snapshots only walk, pinned. So a cut link's
+//! Only the combiner flag's holder links or cuts; snapshots only walk, pinned. A cut link's
 //! count is released once the book's grace clock says every walker pinned at the cut has
-//! unpinned, and a table nobody counts any more gives its own link up at the writer's next
-//! reclaim (a walker could only reach it through a counted link). Since the book reuses tables
-//! oldest first, a link holds every newer table's replaced pages too, as an owned snapshot
-//! does: a few writes' worth, while a snapshot is in progress.
+//! unpinned. A table nobody counts any more gives its own link up at the writer's next reclaim,
+//! at once: a walker only stands on a table whose count it, or the link that led it there,
+//! keeps above zero. Since the book reuses tables oldest first, a link holds every newer
+//! table's replaced pages too, as an owned snapshot does: a few writes' worth, while a snapshot
+//! is in progress.
 
 use std::ptr;
 
@@ -34,27 +38,31 @@ impl<A: Element> Ledger<A> {
     ///
     /// # Safety
     /// `new` is unpublished and ours; `old` is the head; the caller holds the combiner flag.
-    pub(crate) unsafe fn link(&mut self, new: *mut PagedTable<A>, old: *mut PagedTable<A>) {
+    pub(crate) unsafe fn link(&mut self, table: *mut PagedTable<A>, old: *mut PagedTable<A>) {
         // SAFETY: the caller's contract.
-        let new = unsafe { &mut *new };
+        let new = unsafe { &mut *table };
         // Acquire: as in `CommitRecord::committed_now`: the tick of every snapshot whose
         // value we read past publishes its registration in the horizon, read next.
         new.timestamp = clock().load(Ordering::Acquire);
-        // After the clock read: see the `horizon` module docs.
+        // After the clock read: see the `horizon` module docs. A snapshot we do not see
+        // ticked after our clock read, so it needs the new table or a newer one.
         let oldest = horizon::oldest();
         let needed = match oldest {
-            Oldest::Nobody => return,
-            Oldest::At(o) if new.timestamp <= o => return, // every snapshot needs it or newer
+            Oldest::Nobody => None,
+            Oldest::At(o) if new.timestamp <= o => None, // every snapshot needs it or newer
             _ => self.linked_below(old, new.timestamp),
         };
-        let Some(link) = needed else { return };
+        let Some(link) = needed else {
+            // No snapshot can walk past the new table: nothing below it is needed.
+            return self.cut_all();
+        };
         // Relaxed: we reached `link` through a counted link that only we can cut, so its count
         // is above zero; the new count publishes nothing (the head's swap publishes `prev`).
         link.refs.fetch_add(1, Ordering::Relaxed);
         // Relaxed: published by the head's swap (Release).
         new.prev
             .store(ptr::from_ref(link).cast_mut(), Ordering::Relaxed);
-        self.linked += 1;
+        self.linked.push(table);
         if let Oldest::At(o) = oldest {
             // Every snapshot in progress needs the first table at or below `o`, or a newer one.
             let mut table = link;
@@ -68,7 +76,7 @@ impl<A: Element> Ledger<A> {
         }
     }
 
-    /// The newest table at or below `table` committed before `timestamp`.
+    /// The newest table at or below `old` committed before `timestamp`.
     fn linked_below<'t>(
         &self,
         old: *mut PagedTable<A>,
@@ -92,24 +100,34 @@ impl<A: Element> Ledger<A> {
     }
 
     /// Unlinks everything below `table`; the link's count is released once the book's grace
-    /// clock has passed the walkers that may be on it.
+    /// clock has passed the walkers that may be on it. (`table` stays on the `linked` list
+    /// until the next [`release_links`](Self::release_links) drops it.)
     fn cut(&mut self, table: &PagedTable<A>) {
         // Relaxed: a walker that still loads the old link is covered by the grace period; the
         // null publishes nothing.
         let prev = table.prev.swap(ptr::null_mut(), Ordering::Relaxed);
         if !prev.is_null() {
-            self.linked -= 1;
             // SAFETY: the book outlives its ledger.
             let point = unsafe { &*self.book }.clock.seal_point();
             self.cut.push((prev, point));
         }
     }
 
-    /// At the start of a write: releases the cut links whose grace period is over, and the
-    /// links of tables nobody counts any more (nobody can walk them: a walker reaches a table
-    /// only through a counted link, and a link's count is released after its walkers).
+    /// Cuts every link: none is needed any more.
+    fn cut_all(&mut self) {
+        for table in std::mem::take(&mut self.linked) {
+            // SAFETY: a table on the list is kept (not reused) while its link is in place, and
+            // `release_links` drops every table whose link is gone before any reuse.
+            self.cut(unsafe { &*table });
+        }
+    }
+
+    /// At the start of a write, before any table is reused: releases the cut links whose grace
+    /// period is over, gives up the links of tables nobody counts any more, and drops from
+    /// the `linked` list every table whose link is gone (so that none of them is on it when it
+    /// is reused).
     pub(crate) fn release_links(&mut self) {
-        if self.cut.is_empty() && self.linked == 0 {
+        if self.cut.is_empty() && self.linked.is_empty() {
             return;
         }
         // SAFETY: the book outlives its ledger.
@@ -122,41 +140,47 @@ impl<A: Element> Ledger<A> {
             }
             !over
         });
-        // Newest first: a released link may leave an older table uncounted in turn.
-        for kept in self.tables.iter().rev() {
-            if self.linked == 0 {
-                break;
-            }
-            // SAFETY: kept tables are alive (the book owns them).
-            let table = unsafe { &*kept.table };
+        // Newest first (the list is in linking order): a released link may leave an older
+        // table uncounted in turn, and links always point to older tables.
+        let mut linked = std::mem::take(&mut self.linked);
+        linked.reverse();
+        linked.retain(|&table| {
+            // SAFETY: on the list, so kept (see `cut_all`).
+            let table = unsafe { &*table };
             // Acquire: pairs with the Release decrement of its last holder.
-            if table.refs.load(Ordering::Acquire) == 0 {
-                // Relaxed: nobody else can reach the table now.
-                let prev = table.prev.swap(ptr::null_mut(), Ordering::Relaxed);
-                if !prev.is_null() {
-                    self.linked -= 1;
-                    // SAFETY: the link's count, ours to give up.
-                    unsafe { release(prev) };
-                }
+            let uncounted = table.refs.load(Ordering::Acquire) == 0;
+            // Relaxed: only we write links; nobody can walk an uncounted table.
+            let prev = table.prev.load(Ordering::Relaxed);
+            if prev.is_null() {
+                return false; // cut
             }
-        }
+            if uncounted {
+                table.prev.store(ptr::null_mut(), Ordering::Relaxed);
+                // SAFETY: the link's count, ours to give up: no walker stands on `table` (its
+                // count is zero), so none can follow the link any more.
+                unsafe { release(prev) };
+                return false;
+            }
+            true
+        });
+        linked.reverse();
+        self.linked = linked;
     }
 
     /// When the variable is dropped: every link and cut link still counted, to be released
     /// after the epoch's grace period (`retire`).
     pub(crate) fn take_links(&mut self) -> Vec<*mut PagedTable<A>> {
         let mut links: Vec<_> = self.cut.drain(..).map(|(table, _)| table).collect();
-        for kept in &self.tables {
-            // SAFETY: kept tables are alive.
+        for table in std::mem::take(&mut self.linked) {
+            // SAFETY: on the list, so kept.
             // Relaxed: `&mut` on the ledger of a dropped variable: no writer, no walker.
-            let prev = unsafe { &*kept.table }
+            let prev = unsafe { &*table }
                 .prev
                 .swap(ptr::null_mut(), Ordering::Relaxed);
             if !prev.is_null() {
                 links.push(prev);
             }
         }
-        self.linked = 0;
         links
     }
 }
