@@ -191,18 +191,27 @@ impl Store {
     /// variable another one (or a dynamic shape whose rank may change);
     /// [`Error::KindMismatch`] if it is a paged variable ([`get_paged`](Self::get_paged)).
     pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<Variable<A, D>> {
-        let registry = self.registry.load();
-        let entry = entry(&registry, name, VariableKind::Dense)?;
-        let inner =
-            Arc::clone(&entry.any)
-                .downcast::<Inner<A>>()
-                .map_err(|_| Error::DTypeMismatch {
-                    variable: name.to_owned(),
-                    expected: A::DTYPE,
-                    found: entry.erased.dtype(),
-                })?;
+        let inner = self.typed::<A, Inner<A>>(name, VariableKind::Dense)?;
         inner.check_rank::<D>()?;
         Ok(Variable::from_inner(inner))
+    }
+
+    /// The variable `name`'s inner state, a `T` (a dense or paged `Inner<A>`), checked to be
+    /// of `kind` and to hold `A`.
+    fn typed<A: Element, T: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        kind: VariableKind,
+    ) -> Result<Arc<T>> {
+        let registry = self.registry.load();
+        let entry = entry(&registry, name, kind)?;
+        Arc::clone(&entry.any)
+            .downcast::<T>()
+            .map_err(|_| Error::DTypeMismatch {
+                variable: name.to_owned(),
+                expected: A::DTYPE,
+                found: entry.erased.dtype(),
+            })
     }
 
     /// Whether a variable named `name` is registered.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ndarray::{Array, Dimension};
 
 use super::snapshot::{Captured, SnapshotEntry};
-use super::{entry, At, Entry, ErasedVariable, Store, StoreSnapshot, VariableInfo};
+use super::{At, Entry, ErasedVariable, Store, StoreSnapshot, VariableInfo};
 use crate::error::{Error, Result};
 use crate::paged::{Inner, TableAt};
 use crate::sync::epoch;
@@ -123,16 +123,7 @@ impl Store {
     /// variable ([`get`](Self::get)); [`Error::DTypeMismatch`] if it holds another element
     /// type than `A`.
     pub fn get_paged<A: Element>(&self, name: &str) -> Result<PagedVariable<A>> {
-        let registry = self.registry.load();
-        let entry = entry(&registry, name, VariableKind::Paged)?;
-        let inner =
-            Arc::clone(&entry.any)
-                .downcast::<Inner<A>>()
-                .map_err(|_| Error::DTypeMismatch {
-                    variable: name.to_owned(),
-                    expected: A::DTYPE,
-                    found: entry.erased.dtype(),
-                })?;
+        let inner = self.typed::<A, Inner<A>>(name, VariableKind::Paged)?;
         Ok(PagedVariable { inner })
     }
 }
