@@ -190,6 +190,36 @@ fn a_store_snapshot_respects_the_order_of_paged_and_dense_writes() {
     );
 }
 
+/// The other order: one thread assigns a dense variable, then adds to a paged table that
+/// the snapshot reads second. A snapshot that misses the dense write must miss the paged one
+/// too, although the table's head may already show it: the snapshot finds, by the tables'
+/// timestamps and the links the writer kept for it, the table as of its clock value (a walk
+/// that took the newest table fails here).
+#[test]
+fn a_store_snapshot_shows_a_paged_table_as_of_its_clock_value() {
+    run_model(
+        "a_store_snapshot_shows_a_paged_table_as_of_its_clock_value",
+        || {
+            let store = std::sync::Arc::new(mvtensor::Store::new());
+            let first = store.variable("first", common::value(0)).unwrap();
+            let table = PagedVariable::builder(Array2::<i64>::zeros((1, 1)))
+                .name("then")
+                .build()
+                .unwrap();
+            store.register_paged(&table).unwrap();
+            let writer = thread::spawn(move || {
+                first.assign(common::value(1)).unwrap();
+                table.scatter_add(&[0], &Array2::ones((1, 1))).unwrap();
+            });
+            let snap = store.snapshot();
+            let f = snap.get::<i64, ndarray::IxDyn>("first").unwrap()[[]];
+            let row = snap.get_paged::<i64>("then").unwrap().row(0).unwrap()[[0]];
+            assert!(row <= f, "snapshot saw the row at {row} but first={f}");
+            writer.join().unwrap();
+        },
+    );
+}
+
 /// A store snapshot racing two writes of a paged table: it shows the table that was current
 /// at its clock value (row = version number), found by walking the links the writer keeps
 /// while the snapshot is in progress, without starting over (a start over panics under
