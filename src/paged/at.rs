@@ -19,18 +19,6 @@ pub(crate) enum TableAt<A: Element> {
 }
 
 impl<A: Element> Inner<A> {
-    /// The current version number.
-    pub(crate) fn number(&self) -> u64 {
-        let guard = epoch::pin();
-        // Acquire: pairs with the swap that published the table.
-        let table = self.head.load(Ordering::Acquire);
-        // SAFETY: the head's table lives while we are pinned (its count is released through
-        // the epoch).
-        let number = unsafe { &*table }.number;
-        drop(guard);
-        number
-    }
-
     /// The newest table committed at or before `at`, found by walking the links writers keep
     /// while a store snapshot is in progress: at most one step per snapshot that ticked the
     /// clock since `at`, whatever writers do meanwhile.

@@ -299,7 +299,8 @@ impl<A: Element> Ledger<A> {
             })
         });
         table.handoff.touch(); // (re)built from here on: see `PagedTable::handoff`
-                               // Relaxed: ours alone (a reused table was uncounted, its link given up).
+
+        // Relaxed: ours alone (a reused table was uncounted, its link given up).
         debug_assert!(table.prev.load(Ordering::Relaxed).is_null());
         table.number = number;
         table.refs = AtomicUsize::new(1);

@@ -210,10 +210,7 @@ impl<A: Element> PagedVariable<A> {
 
     /// The current value: wait-free (a pin and one load), and it never changes.
     pub fn read(&self) -> PagedSnapshot<A> {
-        let guard = epoch::pin();
-        // Acquire: pairs with the Release store that published the table and its pages.
-        let table = self.inner.head.load(Ordering::Acquire);
-        PagedSnapshot::new(NonNull::new(table).expect("a head"), guard)
+        self.inner.read()
     }
 
     /// The current value, held by a count instead of a pin (see [`OwnedPagedSnapshot`]).
@@ -223,7 +220,7 @@ impl<A: Element> PagedVariable<A> {
 
     /// The current version number: 0, plus one per (combined) write.
     pub fn version(&self) -> u64 {
-        self.inner.number()
+        self.read().version()
     }
 
     /// The rows `indices` of the current value (see [`PagedTable::gather`]).
@@ -350,6 +347,16 @@ impl<A: Element> PagedVariable<A> {
                 return Ok(version);
             }
         }
+    }
+}
+
+impl<A: Element> Inner<A> {
+    /// The current value (see [`PagedVariable::read`]).
+    pub(crate) fn read(&self) -> PagedSnapshot<A> {
+        let guard = epoch::pin();
+        // Acquire: pairs with the swap (Release) that published the table and its pages.
+        let table = self.head.load(Ordering::Acquire);
+        PagedSnapshot::new(NonNull::new(table).expect("a head"), guard)
     }
 }
 

@@ -26,7 +26,7 @@ impl<A: Element> ErasedVariable for Inner<A> {
             name: self.layout.name.to_string(),
             dtype: A::DTYPE,
             shape: self.layout.shape.clone(),
-            version: self.number(),
+            version: self.read().version(),
             kind: VariableKind::Paged,
         }
     }
