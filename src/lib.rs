@@ -190,7 +190,10 @@ pub use paged::{
     OwnedPagedSnapshot, PagedSnapshot, PagedStats, PagedTable, PagedVariable, PagedVariableBuilder,
 };
 pub use read_all::{read_all, ReadSet};
-pub use section::{CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef, TxnRewrite};
+pub use section::{
+    CriticalSection, CriticalSectionBuilder, RowTarget, RowVariable, Txn, TxnMut, TxnRef,
+    TxnRewrite,
+};
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};
 pub use store::{Entries, SnapshotEntry, Store, StoreSnapshot, VariableInfo};

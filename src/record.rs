@@ -49,6 +49,11 @@ impl Record {
     pub(crate) fn committed_now() -> Self {
         Record::Own(CommitRecord::committed_now())
     }
+
+    /// A record of the version's own, committed at `ts`.
+    pub(crate) fn committed_at(ts: u64) -> Self {
+        Record::Own(CommitRecord::committed_at(ts))
+    }
 }
 
 impl Deref for Record {
@@ -121,7 +126,11 @@ impl CommitRecord {
     /// A record committed now, at the clock's current value.
     pub(crate) fn committed_now() -> Self {
         // Acquire: as in `commit`.
-        let ts = clock().load(Ordering::Acquire);
+        Self::committed_at(clock().load(Ordering::Acquire))
+    }
+
+    /// A record committed at `ts`.
+    pub(crate) fn committed_at(ts: u64) -> Self {
         Self {
             word: AtomicU64::new(ts << 1 | COMMITTED),
         }

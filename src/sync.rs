@@ -21,7 +21,8 @@ pub(crate) use std::sync::atomic::Ordering;
 /// Epoch-based reclamation (crossbeam-epoch, loom-aware under `--cfg crossbeam_loom`).
 pub(crate) use crossbeam_epoch as epoch;
 
-/// A mutex for rarely-taken bookkeeping (claims on a resource); never on a read path.
+/// A mutex for bookkeeping (claims on a resource) and a paged variable's book (one lock a
+/// write pass); never on a read path.
 #[derive(Debug)]
 pub(crate) struct Mutex<T>(
     #[cfg(not(mvtensor_loom))] std::sync::Mutex<T>,
@@ -38,12 +39,19 @@ impl<T> Mutex<T> {
 
     /// Locks, ignoring poison: every critical region here leaves the data consistent before
     /// it can panic, so a panic elsewhere never makes the state unusable.
-    pub(crate) fn lock(&self) -> impl std::ops::DerefMut<Target = T> + '_ {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+/// A held [`Mutex`].
+#[cfg(not(mvtensor_loom))]
+pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
+/// A held [`Mutex`].
+#[cfg(mvtensor_loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
 /// Marks where a protocol hands something from one thread to another (a served request's
 /// results): both sides `touch` it, the sender before its releasing store, the receiver after

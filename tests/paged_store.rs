@@ -153,22 +153,42 @@ fn a_checkpoint_writes_a_paged_table_whole_and_loads_it_paged() {
 
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
-fn restore_refuses_a_checkpoint_that_names_a_paged_variable() {
+fn restore_sets_paged_and_dense_variables_in_one_commit() {
     let store = Store::new();
     let emb = store.paged("emb", Array2::<f32>::zeros((1000, 3))).unwrap();
+    let step = store.variable("step", arr0(0i64)).unwrap();
     emb.scatter_add(&[0], &Array2::ones((1, 3))).unwrap();
+    step.fetch_add(1).unwrap();
 
     let dir = std::env::temp_dir().join(format!("mvtensor-paged-store-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("emb.safetensors");
     store.save(&path).unwrap();
-    emb.scatter_add(&[1], &Array2::ones((1, 3))).unwrap();
-    let refused = store.restore(&path, Default::default());
+    let saved = emb.read().to_array();
+    emb.scatter_add(&[0, 1], &Array2::ones((2, 3))).unwrap();
+    step.fetch_add(1).unwrap();
+    assert_eq!(store.restore(&path, Default::default()).unwrap(), 2);
+    assert_eq!(
+        emb.read().to_array(),
+        saved,
+        "the paged table is the file's"
+    );
+    assert_eq!(step.read()[[]], 1);
+    assert_eq!(emb.version(), 3, "one more version: the restore's");
+
+    // A tensor of another shape than its paged variable: refused, nothing applied.
+    let other = Store::new();
+    other
+        .variable("emb", Array2::<f32>::zeros((999, 3)))
+        .unwrap();
+    let wrong = dir.join("wrong.safetensors");
+    other.save(&wrong).unwrap();
+    let refused = store.restore(&wrong, mvtensor::checkpoint::Restore::lenient());
     assert!(
-        matches!(&refused, Err(Error::Checkpoint { problem, .. }) if problem.contains("paged")),
+        matches!(&refused, Err(Error::Checkpoint { problem, .. }) if problem.contains("shape")),
         "{refused:?}"
     );
-    assert_eq!(emb.version(), 2, "nothing applied");
+    assert_eq!(emb.version(), 3, "nothing applied");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -8,7 +8,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
 use super::{checkpoint_error, PAGED};
-use crate::error::{Error, Result};
+use crate::error::{check_shape, Error, Result};
 use crate::{
     CriticalSection, CriticalSectionBuilder, Element, PagedVariable, Store, Txn, Variable,
 };
@@ -195,11 +195,35 @@ impl<A: Element> Staged for Assign<A> {
     }
 }
 
-/// The variable `name` of `store`, checked to take `value` (dtype, shape).
+/// A paged variable's new value: staged in the section as one dense assignment.
+struct AssignPaged<A: Element> {
+    variable: PagedVariable<A>,
+    value: ArrayD<A>,
+}
+
+impl<A: Element> Staged for AssignPaged<A> {
+    fn claim(&self, builder: CriticalSectionBuilder) -> CriticalSectionBuilder {
+        builder.paged(&self.variable)
+    }
+    fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()> {
+        tx.assign_paged(&self.variable, &self.value)
+    }
+}
+
+/// The variable `name` of `store`, dense or paged, checked to take `value` (dtype, shape).
 fn stage<A: Element>(store: &Store, name: &str, value: ArrayD<A>) -> Result<Box<dyn Staged>> {
-    let variable = store.get::<A, IxDyn>(name)?;
-    variable.check_new_shape(value.shape())?;
-    Ok(Box::new(Assign { variable, value }))
+    match store.get::<A, IxDyn>(name) {
+        Ok(variable) => {
+            variable.check_new_shape(value.shape())?;
+            Ok(Box::new(Assign { variable, value }))
+        }
+        Err(Error::KindMismatch { .. }) => {
+            let variable = store.get_paged::<A>(name)?;
+            check_shape(name, variable.shape(), value.shape())?;
+            Ok(Box::new(AssignPaged { variable, value }))
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// One tensor of a file, typed.

@@ -36,7 +36,7 @@ impl<A: Element> Inner<A> {
             // zero.
             let t = unsafe { table.as_ref() };
             t.handoff.look(); // under loom: the table was not reused while we stand on it
-            if t.timestamp <= at {
+            if t.record.visible_at(at) {
                 // SAFETY: as above.
                 return TableAt::Table(unsafe { OwnedPagedSnapshot::count(table) });
             }

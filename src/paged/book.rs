@@ -41,6 +41,7 @@ mod chain;
 use super::table::{Entry, Layout, Node, Page, PagedTable};
 use crate::grace::Clock;
 use crate::pool::{orphan, Link};
+use crate::record::Record;
 use crate::sync::{clock, epoch, fence, AtomicPtr, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
@@ -133,7 +134,7 @@ impl<A: Element> Book<A> {
         let t = unsafe { &mut *table };
         // Relaxed: version 0's timestamp only has to be a clock value from before the
         // variable can be registered anywhere (no horizon read follows: nothing links to it).
-        t.timestamp = clock().load(Ordering::Relaxed);
+        t.record = Record::committed_at(clock().load(Ordering::Relaxed));
         t.root.fill(ptr::null_mut());
         for p in 0..layout.pages {
             let page = this.page();
@@ -289,7 +290,7 @@ impl<A: Element> Ledger<A> {
         let mut table = self.spare_tables.pop().unwrap_or_else(|| {
             Box::new(PagedTable {
                 number: 0,
-                timestamp: 0,
+                record: Record::committed_at(0),
                 prev: AtomicPtr::new(ptr::null_mut()),
                 root: vec![ptr::null_mut(); self.layout.root_len].into_boxed_slice(),
                 refs: AtomicUsize::new(0),

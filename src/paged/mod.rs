@@ -10,6 +10,7 @@
 //! once, in arrival order), and reclamation is the book's ([`book`]): a version's pages are
 //! reused once no live version reaches them, and a reader's pin never frees anything.
 
+mod access;
 mod at;
 mod book;
 mod snapshot;
@@ -33,7 +34,11 @@ use crate::error::{check_has_rows, check_rows, check_shape, Result};
 use crate::help::Helpers;
 use crate::kernel::{standard_elements, Delta, Op};
 use crate::pool::free_orphans;
-use crate::sync::{epoch, next_id, AtomicPtr, AtomicUsize, Ordering};
+use crate::record::CommitRecord;
+use crate::running;
+use crate::section::Claims;
+use crate::sync::{epoch, next_id, AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::ticket::TicketQueue;
 use crate::Element;
 
 /// A tensor whose first axis is rows, stored in pages, for sparse updates of large tables:
@@ -77,25 +82,40 @@ use crate::Element;
 /// **In a store.** A paged variable can be a [`Store`](crate::Store)'s member
 /// ([`Store::paged`](crate::Store::paged)): store snapshots show it at the same point of the
 /// commit order as every other variable ([`StoreSnapshot::get_paged`](crate::StoreSnapshot::get_paged)),
-/// and checkpoints write it as one tensor. It cannot (yet) be a resource of a
-/// [`CriticalSection`](crate::CriticalSection), so [`Store::restore`](crate::Store::restore)
-/// refuses a checkpoint with a tensor whose variable in the store is paged.
+/// checkpoints write it as one tensor, and [`Store::restore`](crate::Store::restore) sets it
+/// in the same commit as the rest.
+///
+/// **In a critical section.** [`CriticalSectionBuilder::paged`](crate::CriticalSectionBuilder::paged)
+/// makes it a resource: an execution scatters rows into it and gathers them through its
+/// [`Txn`](crate::Txn) ([`scatter_add`](crate::Txn::scatter_add),
+/// [`gather`](crate::Txn::gather)), its writes are staged, and the commit builds one table
+/// for the batch, visible together with the batch's other writes. While a section holds
+/// the variable, its plain writes take its ticket (first come, first served with the
+/// executions), and a direct write from inside an execution is
+/// [`Error::Reentrant`](crate::Error::Reentrant).
 pub struct PagedVariable<A: Element> {
     pub(crate) inner: Arc<Inner<A>>,
 }
 
 pub(crate) struct Inner<A: Element> {
+    pub(crate) id: u64,
     pub(crate) layout: Arc<Layout>,
-    /// The newest table; only the combiner flag's holder stores it.
-    head: AtomicPtr<PagedTable<A>>,
-    /// Touched only by the combiner flag's holder (and by `drop`).
+    /// The newest table; only a holder of `lock` stores it.
+    pub(crate) head: AtomicPtr<PagedTable<A>>,
+    /// Touched only under `lock` (and by `drop`).
     book: *const Book<A>,
+    /// Who may touch the book ([`access`]).
+    lock: Mutex<()>,
+    /// Whether a critical section claims the variable: writers then hold its ticket too.
+    queued: AtomicBool,
+    queue: TicketQueue,
+    claims: Claims,
     combiner: Combiner<A>,
     pages: Arc<AtomicUsize>,
 }
 
-// SAFETY: the book is touched by one writer at a time (the combiner flag's holder); tables
-// are immutable once published; everything else is atomic or immutable.
+// SAFETY: the book is touched by one writer at a time (the holder of `lock`); tables are
+// immutable once published; everything else is atomic or immutable.
 unsafe impl<A: Element> Send for Inner<A> {}
 // SAFETY: as above.
 unsafe impl<A: Element> Sync for Inner<A> {}
@@ -156,9 +176,14 @@ impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
         let pages = Arc::clone(&unsafe { &*book }.pages);
         Ok(PagedVariable {
             inner: Arc::new(Inner {
+                id: next_id(),
                 layout,
                 head: AtomicPtr::new(head),
                 book,
+                lock: Mutex::new(()),
+                queued: AtomicBool::new(false),
+                queue: TicketQueue::default(),
+                claims: Claims::default(),
                 combiner: Combiner::default(),
                 pages,
             }),
@@ -341,7 +366,14 @@ impl<A: Element> PagedVariable<A> {
 
     /// Combines a checked delta with the writes pending now. A pass that panicked (its
     /// writers get no version) built nothing visible, so the delta is simply submitted again.
+    /// A thread inside an execution writes alone: it must not serve others' writes, which
+    /// may wait for a ticket ([`access`]).
     fn submit(&self, delta: Delta<'_, A>) -> Result<u64> {
+        if running::inside() {
+            let _access = self.inner.access()?;
+            // SAFETY: we hold the access.
+            return Ok(unsafe { self.inner.write(&[delta], None) });
+        }
         loop {
             if let Some(version) = self.inner.combiner.submit(delta, &*self.inner) {
                 return Ok(version);
@@ -351,29 +383,55 @@ impl<A: Element> PagedVariable<A> {
 }
 
 impl<A: Element> Inner<A> {
-    /// The current value (see [`PagedVariable::read`]).
+    /// The current value (see [`PagedVariable::read`]): the head, or while a section's
+    /// commit has it pending, the table before.
     pub(crate) fn read(&self) -> PagedSnapshot<A> {
         let guard = epoch::pin();
         // Acquire: pairs with the swap (Release) that published the table and its pages.
-        let table = self.head.load(Ordering::Acquire);
+        let mut table = self.head.load(Ordering::Acquire);
+        // SAFETY: the head is counted, and its count is released after our pin.
+        let t = unsafe { &*table };
+        if !t.record.is_committed() {
+            // Acquire: pairs with the swap's Release, as for the head. The link is cut only
+            // after the commit, so a null one means the head is committed by now.
+            let prev = t.prev.load(Ordering::Acquire);
+            if !prev.is_null() {
+                table = prev;
+            }
+        }
+        // SAFETY (of what `new` dereferences): a link's count is released after the book's
+        // grace clock has passed every thread pinned at its cut, ours included.
         PagedSnapshot::new(NonNull::new(table).expect("a head"), guard)
     }
-}
 
-impl<A: Element> Publish<A> for Inner<A> {
-    /// Paged passes are not split for helpers (yet): a sparse write touches a few pages.
-    fn publish(&self, deltas: &[Delta<'_, A>], _: &Helpers, _: &dyn Fn()) -> Option<u64> {
-        // SAFETY: the combiner calls `publish` on its flag's holder only, one at a time, and
-        // the book is alive while the variable is.
+    /// Builds the next table from the head with `deltas`, in order, and publishes it:
+    /// committed now (`record` of `None`: the table is stamped with the clock) or pending
+    /// with a section's record, which the caller commits and then calls
+    /// [`settled`](Self::settled). Returns the new version number.
+    ///
+    /// # Safety
+    /// The caller holds the right to write ([`access`](Self::access), or the ticket and
+    /// [`access_with_ticket`](Self::access_with_ticket)).
+    pub(crate) unsafe fn write(
+        &self,
+        deltas: &[Delta<'_, A>],
+        record: Option<&Arc<CommitRecord>>,
+    ) -> u64 {
+        // SAFETY: the caller holds the book's lock, and the book is alive while the variable
+        // is.
         let book = unsafe { (*self.book).ledger() };
         book.reclaim();
-        // Relaxed: only flag holders store the head, and the flag's Acquire ordered the last
+        // Relaxed: only holders of the lock store the head, and the lock ordered the last
         // holder's store before us.
         let old = self.head.load(Ordering::Relaxed);
-        // SAFETY: `old` is the head and we hold the flag.
+        // SAFETY: `old` is the head and we hold the lock.
         let new = unsafe { book.build(old, deltas) };
-        // SAFETY: `new` is ours until published, `old` the head, and we hold the flag.
-        unsafe { book.link(new, old) };
+        match record {
+            // SAFETY: `new` is ours until published, `old` the head, and we hold the lock.
+            None => unsafe { book.link(new, old) },
+            // SAFETY: as above.
+            Some(record) => unsafe { book.link_pending(new, old, record) },
+        }
         // SAFETY: ours until published, and immutable after.
         let version = unsafe { &*new }.number;
         // AcqRel: Release publishes the new table, its nodes and pages, to readers' Acquire
@@ -382,7 +440,33 @@ impl<A: Element> Publish<A> for Inner<A> {
         self.head.swap(new, Ordering::AcqRel);
         book.retire_head(&epoch::pin());
         free_orphans();
-        Some(version)
+        version
+    }
+
+    /// After the record of the pending head (a section's) committed: keeps of its link only
+    /// what store snapshots in progress need.
+    ///
+    /// # Safety
+    /// As for [`write`](Self::write); the head is the table `write` installed pending, and
+    /// its record is committed.
+    pub(crate) unsafe fn settled(&self) {
+        // SAFETY: the caller's contract.
+        let book = unsafe { (*self.book).ledger() };
+        // Relaxed: as in `write`.
+        let head = self.head.load(Ordering::Relaxed);
+        // SAFETY: the head, which we hold the right to write.
+        unsafe { book.settle(head) };
+    }
+}
+
+impl<A: Element> Publish<A> for Inner<A> {
+    /// Paged passes are not split for helpers (yet): a sparse write touches a few pages.
+    /// The flag's holder is never inside an execution (those write alone), so `access`
+    /// cannot fail.
+    fn publish(&self, deltas: &[Delta<'_, A>], _: &Helpers, _: &dyn Fn()) -> Option<u64> {
+        let _access = self.access().ok()?;
+        // SAFETY: we hold the access.
+        Some(unsafe { self.write(deltas, None) })
     }
 }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::error::{check_indices, Result};
+use crate::record::Record;
 use crate::sync::{AtomicPtr, AtomicUsize, Handoff};
 use crate::Element;
 
@@ -164,11 +165,13 @@ fn tree_shape(pages: usize) -> (u32, u32) {
 /// [`to_array`](Self::to_array), an explicit copy.
 pub struct PagedTable<A: Element> {
     pub(crate) number: u64,
-    /// The commit timestamp: the clock's value when the write that built it read it (see
-    /// [`record`](crate::record)); set before the table is published, never changed after.
-    pub(crate) timestamp: u64,
-    /// While a store snapshot is in progress, the newest older table one may need (one count
-    /// of it); null otherwise. Only the flag holder sets or cuts it (`book::chain`).
+    /// When the write that built it commits (see [`record`](crate::record)): committed as
+    /// it is published for a write of this variable alone (the clock's value read before);
+    /// a critical section's record, pending until every variable of its batch is installed.
+    pub(crate) record: Record,
+    /// While the record is pending, the table before (readers show that one); while a store
+    /// snapshot is in progress, the newest older table one may need. One count of it; null
+    /// otherwise. Only the book's holder sets or cuts it (`book::chain`).
     pub(crate) prev: AtomicPtr<PagedTable<A>>,
     /// `layout.root_len` entries: the top level's nodes.
     pub(crate) root: Box<[Entry]>,
@@ -185,6 +188,11 @@ pub struct PagedTable<A: Element> {
 }
 
 impl<A: Element> PagedTable<A> {
+    /// The commit timestamp; a pending table (a section's, mid-commit) is newer than any.
+    pub(crate) fn timestamp(&self) -> u64 {
+        self.record.timestamp().unwrap_or(u64::MAX)
+    }
+
     /// The version number: 0 for the initial value, plus one per write (a combined write of
     /// several callers counts once).
     pub fn version(&self) -> u64 {

@@ -18,6 +18,8 @@
 mod batch;
 mod claims;
 mod guards;
+mod paged_slot;
+mod rows;
 mod slot;
 mod txn;
 
@@ -28,10 +30,12 @@ use std::sync::Arc;
 
 use batch::{Batcher, Job};
 use ndarray::Dimension;
+use paged_slot::PagedSlot;
 use slot::{AnySlot, Slot};
 
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef, TxnRewrite};
+pub use rows::{RowTarget, RowVariable};
 pub use txn::Txn;
 
 use crate::error::Error;
@@ -41,7 +45,7 @@ use crate::running::{Inside, Running};
 use crate::stats::SectionStats;
 use crate::sync::next_id;
 use crate::ticket::TicketQueue;
-use crate::{Element, Variable};
+use crate::{Element, PagedVariable, Variable};
 
 /// What a section needs from a variable without knowing its element type.
 pub(crate) trait Resource: Send + Sync {
@@ -126,6 +130,18 @@ impl CriticalSectionBuilder {
         self.resources.push((
             variable.inner.clone(),
             Box::new(Slot::new(variable.erased().clone())),
+        ));
+        self
+    }
+
+    /// Adds a paged variable to the resource set: an execution scatters rows into it and
+    /// gathers them ([`Txn::scatter_add`], [`Txn::gather`]), and its commit copies only the
+    /// pages the batch touched. While the section lives, plain writes of the variable take
+    /// its ticket, as a dense resource's do.
+    pub fn paged<A: Element>(mut self, variable: &PagedVariable<A>) -> Self {
+        self.resources.push((
+            variable.inner.clone(),
+            Box::new(PagedSlot::new(variable.clone())),
         ));
         self
     }

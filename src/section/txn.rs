@@ -249,35 +249,6 @@ impl<'s> Txn<'s> {
         self.add(variable.erased(), x, Op::Scaled(alpha))
     }
 
-    /// Adds `rows[i]` to row `indices[i]` of the working copy (see
-    /// [`Variable::scatter_add`]).
-    ///
-    /// # Errors
-    /// [`Error::NotInResourceSet`]; [`Error::IndexOutOfRange`], [`Error::ShapeMismatch`] or
-    /// [`Error::RankMismatch`] as for [`Variable::scatter_add`]; [`Error::Borrowed`].
-    pub fn scatter_add<A: Element, D: Dimension, E: Dimension>(
-        &self,
-        variable: &Variable<A, D>,
-        indices: &[usize],
-        rows: &ArrayRef<A, E>,
-    ) -> Result<()> {
-        self.scatter(variable.erased(), indices, rows, Op::Add)
-    }
-
-    /// Sets row `indices[i]` of the working copy to `rows[i]` (see
-    /// [`Variable::scatter_update`]).
-    ///
-    /// # Errors
-    /// As for [`scatter_add`](Self::scatter_add).
-    pub fn scatter_update<A: Element, D: Dimension, E: Dimension>(
-        &self,
-        variable: &Variable<A, D>,
-        indices: &[usize],
-        rows: &ArrayRef<A, E>,
-    ) -> Result<()> {
-        self.scatter(variable.erased(), indices, rows, Op::Assign)
-    }
-
     /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
     ///
     /// # Errors
@@ -304,24 +275,6 @@ impl<'s> Txn<'s> {
         slot.write(self.section, init, &self.guard).map(drop)
     }
 
-    fn scatter<A: Element, E: Dimension>(
-        &self,
-        variable: &Variable<A>,
-        indices: &[usize],
-        rows: &ArrayRef<A, E>,
-        op: Op<A>,
-    ) -> Result<()> {
-        let slot = self.slot(variable)?;
-        let data = standard_elements(rows);
-        let init = Init::Delta(Delta {
-            shape: rows.shape(),
-            data: &data,
-            op,
-            rows: Some(indices),
-        });
-        slot.write(self.section, init, &self.guard).map(drop)
-    }
-
     fn write_with<A: Element, D: Dimension>(
         &self,
         variable: &Variable<A, D>,
@@ -337,18 +290,32 @@ impl<'s> Txn<'s> {
     }
 
     /// The variable's slot, if it is one of the section's resources.
-    fn slot<A: Element>(&self, variable: &Variable<A>) -> Result<&'s Slot<A>> {
-        let id = variable.id();
+    pub(super) fn slot<A: Element>(&self, variable: &Variable<A>) -> Result<&'s Slot<A>> {
+        self.slot_as(variable.id(), variable.name())
+    }
+
+    /// The slot of resource `id` (named `name` in the error if it is not one), as `S`.
+    pub(super) fn slot_as<S: 'static>(&self, id: u64, name: &str) -> Result<&'s S> {
         match self.ids.binary_search(&id) {
             Ok(i) => Ok(self.slots[i]
                 .as_any()
-                .downcast_ref::<Slot<A>>()
+                .downcast_ref::<S>()
                 .expect("one id, one variable, one element type")),
             Err(_) => Err(Error::NotInResourceSet {
-                variable: variable.name().to_owned(),
+                variable: name.to_owned(),
                 section: self.section.to_owned(),
             }),
         }
+    }
+
+    /// The section's name, for errors.
+    pub(super) fn section(&self) -> &'s str {
+        self.section
+    }
+
+    /// The execution's pin.
+    pub(super) fn guard(&self) -> &epoch::Guard {
+        &self.guard
     }
 
     /// A variable outside the resource set, as this execution first read it.

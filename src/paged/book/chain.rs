@@ -25,10 +25,12 @@
 //! is in progress.
 
 use std::ptr;
+use std::sync::Arc;
 
 use super::super::table::PagedTable;
 use super::{release, Ledger};
 use crate::horizon::{self, Oldest};
+use crate::record::{CommitRecord, Record};
 use crate::sync::{clock, Ordering};
 use crate::Element;
 
@@ -43,14 +45,15 @@ impl<A: Element> Ledger<A> {
         let new = unsafe { &mut *table };
         // Acquire: as in `CommitRecord::committed_now`: the tick of every snapshot whose
         // value we read past publishes its registration in the horizon, read next.
-        new.timestamp = clock().load(Ordering::Acquire);
+        let timestamp = clock().load(Ordering::Acquire);
+        new.record = Record::committed_at(timestamp);
         // After the clock read: see the `horizon` module docs. A snapshot we do not see
         // ticked after our clock read, so it needs the new table or a newer one.
         let oldest = horizon::oldest();
         let needed = match oldest {
             Oldest::Nobody => None,
-            Oldest::At(o) if new.timestamp <= o => None, // every snapshot needs it or newer
-            _ => self.linked_below(old, new.timestamp),
+            Oldest::At(o) if timestamp <= o => None, // every snapshot needs it or newer
+            _ => self.linked_below(old, timestamp),
         };
         let Some(link) = needed else {
             // No snapshot can walk past the new table: nothing below it is needed.
@@ -64,16 +67,68 @@ impl<A: Element> Ledger<A> {
             .store(ptr::from_ref(link).cast_mut(), Ordering::Relaxed);
         self.linked.push(table);
         if let Oldest::At(o) = oldest {
-            // Every snapshot in progress needs the first table at or below `o`, or a newer one.
-            let mut table = link;
-            while table.timestamp > o {
-                match self.prev(table) {
-                    Some(older) => table = older,
-                    None => return,
+            self.cut_below(link, o);
+        }
+    }
+
+    /// Installs a critical section's `new` (built on `old`, the head) pending under
+    /// `record`: its link takes a count of `old`, which readers show until the record
+    /// commits. Call right before publishing it, and [`settle`](Self::settle) once the record
+    /// is committed.
+    ///
+    /// # Safety
+    /// As for [`link`](Self::link).
+    pub(crate) unsafe fn link_pending(
+        &mut self,
+        table: *mut PagedTable<A>,
+        old: *mut PagedTable<A>,
+        record: &Arc<CommitRecord>,
+    ) {
+        // SAFETY: the caller's contract.
+        let new = unsafe { &mut *table };
+        new.record = Record::Shared(Arc::clone(record));
+        // Relaxed: `old` is the head, counted; the new count publishes nothing.
+        // SAFETY: the head is alive.
+        unsafe { &*old }.refs.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: published by the head's swap (Release).
+        new.prev.store(old, Ordering::Relaxed);
+        self.linked.push(table);
+    }
+
+    /// After the pending head's record committed: what [`link`](Self::link) does for a
+    /// table committed as it is published, now that its timestamp is known. Its link to the
+    /// table before stays only if a store snapshot in progress may need it.
+    ///
+    /// # Safety
+    /// `head` is the head, installed by [`link_pending`](Self::link_pending) and committed
+    /// since; the caller holds the book.
+    pub(crate) unsafe fn settle(&mut self, head: *mut PagedTable<A>) {
+        // SAFETY: the head is counted, so alive.
+        let head = unsafe { &*head };
+        let timestamp = head.timestamp();
+        debug_assert!(head.record.is_committed());
+        // After the commit's clock read (Acquire): as in `link`.
+        match horizon::oldest() {
+            Oldest::At(o) if timestamp > o => {
+                if let Some(link) = self.prev(head) {
+                    self.cut_below(link, o);
                 }
             }
-            self.cut(table);
+            _ => self.cut_all(),
         }
+    }
+
+    /// Every snapshot in progress needs the first table at or below `o` (from `from` down),
+    /// or a newer one: cuts the link below it.
+    fn cut_below(&mut self, from: &PagedTable<A>, o: u64) {
+        let mut table = from;
+        while table.timestamp() > o {
+            match self.prev(table) {
+                Some(older) => table = older,
+                None => return,
+            }
+        }
+        self.cut(table);
     }
 
     /// The newest table at or below `old` committed before `timestamp`.
@@ -84,7 +139,7 @@ impl<A: Element> Ledger<A> {
     ) -> Option<&'t PagedTable<A>> {
         // SAFETY: the head is counted, so alive.
         let mut table = unsafe { &*old };
-        while table.timestamp >= timestamp {
+        while table.timestamp() >= timestamp {
             table = self.prev(table)?;
         }
         Some(table)

@@ -1,0 +1,188 @@
+//! Row operations inside an execution, on dense and paged resources alike: what a sparse
+//! step (embeddings, a sparse linear model) does in a section.
+
+use ndarray::{ArrayD, ArrayRef, Axis, Dimension};
+
+use super::paged_slot::PagedSlot;
+use super::slot::Init;
+use super::Txn;
+use crate::error::{check_has_rows, check_indices, check_rows, Result};
+use crate::kernel::{standard_elements, Delta, Op};
+use crate::{Element, PagedVariable, Variable};
+
+/// A variable whose rows an execution can scatter into and gather from: a [`Variable`] or a
+/// [`PagedVariable`]. Sealed: implemented by those two only.
+pub trait RowVariable<A: Element>: private::Sealed {
+    /// Which of the two it is.
+    #[doc(hidden)]
+    fn row_target(&self) -> RowTarget<'_, A>;
+}
+
+/// What a [`RowVariable`] is (an implementation detail of [`Txn`]'s row operations).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum RowTarget<'v, A: Element> {
+    Dense(&'v Variable<A>),
+    Paged(&'v PagedVariable<A>),
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+impl<A: Element, D: Dimension> private::Sealed for Variable<A, D> {}
+impl<A: Element> private::Sealed for PagedVariable<A> {}
+
+impl<A: Element, D: Dimension> RowVariable<A> for Variable<A, D> {
+    fn row_target(&self) -> RowTarget<'_, A> {
+        RowTarget::Dense(self.erased())
+    }
+}
+
+impl<A: Element> RowVariable<A> for PagedVariable<A> {
+    fn row_target(&self) -> RowTarget<'_, A> {
+        RowTarget::Paged(self)
+    }
+}
+
+impl Txn<'_> {
+    /// Adds `rows[i]` to row `indices[i]` (a repeated index receives each of its rows), as
+    /// [`Variable::scatter_add`] and [`PagedVariable::scatter_add`] do. On a dense variable
+    /// it changes the working copy; on a paged one it is staged, and the commit copies only
+    /// the pages the batch touched.
+    ///
+    /// ```
+    /// use mvtensor::{CriticalSection, Error, PagedVariable, Variable};
+    /// use ndarray::{arr0, Array2};
+    ///
+    /// // An embedding table and a step counter, updated together.
+    /// let table = PagedVariable::new(Array2::<f32>::zeros((1000, 8)))?;
+    /// let steps = Variable::new(arr0(0i64));
+    /// let step = CriticalSection::builder().paged(&table).resource(&steps).build()?;
+    /// step.execute(|tx| {
+    ///     tx.scatter_scaled_add(&table, -0.5, &[3, 7], &Array2::ones((2, 8)))?;
+    ///     tx.assign_add(&steps, &arr0(1))?;
+    ///     assert_eq!(tx.gather(&table, &[3])?[[0, 0]], -0.5); // the execution sees its writes
+    ///     Ok::<_, Error>(())
+    /// })?;
+    /// assert_eq!((table.read().row(7)?[[0]], steps.read()[[]]), (-0.5, 1));
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`](crate::Error::NotInResourceSet);
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) naming the first index past
+    /// the rows, [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) unless `rows` has
+    /// shape `[indices.len(), ..]` with the variable's other axes,
+    /// [`Error::RankMismatch`](crate::Error::RankMismatch) for a 0-d variable: nothing is
+    /// staged then; [`Error::Borrowed`](crate::Error::Borrowed) on a dense variable this
+    /// execution holds a borrow of.
+    pub fn scatter_add<A: Element, E: Dimension>(
+        &self,
+        variable: &impl RowVariable<A>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.scatter(variable.row_target(), indices, rows, Op::Add)
+    }
+
+    /// `row += alpha * rows[i]` for every `i`: a sparse SGD step.
+    ///
+    /// # Errors
+    /// As for [`scatter_add`](Self::scatter_add).
+    pub fn scatter_scaled_add<A: Element, E: Dimension>(
+        &self,
+        variable: &impl RowVariable<A>,
+        alpha: A,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.scatter(variable.row_target(), indices, rows, Op::Scaled(alpha))
+    }
+
+    /// Sets row `indices[i]` to `rows[i]`; where an index repeats, its last row wins.
+    ///
+    /// # Errors
+    /// As for [`scatter_add`](Self::scatter_add).
+    pub fn scatter_update<A: Element, E: Dimension>(
+        &self,
+        variable: &impl RowVariable<A>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+    ) -> Result<()> {
+        self.scatter(variable.row_target(), indices, rows, Op::Assign)
+    }
+
+    /// The rows `indices` (shape `[indices.len(), ..]`) as this execution sees them: with
+    /// its own writes, and those of the executions before it in its batch. A variable outside
+    /// the resource set is read as it is now (a paged one afresh at each call).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange);
+    /// [`Error::RankMismatch`](crate::Error::RankMismatch) for a 0-d variable;
+    /// [`Error::Borrowed`](crate::Error::Borrowed) while this execution holds a `write` of a
+    /// dense one.
+    pub fn gather<A: Element>(
+        &self,
+        variable: &impl RowVariable<A>,
+        indices: &[usize],
+    ) -> Result<ArrayD<A>> {
+        match variable.row_target() {
+            RowTarget::Dense(variable) => {
+                let value = self.read(variable)?;
+                check_has_rows(variable.name(), value.shape())?;
+                check_indices(variable.name(), value.shape()[0], indices)?;
+                Ok(value.select(Axis(0), indices))
+            }
+            RowTarget::Paged(variable) => {
+                match self.slot_as::<PagedSlot<A>>(variable.inner.id, variable.name()) {
+                    Ok(slot) => slot.gather(indices, self.guard()),
+                    Err(_) => variable.gather(indices),
+                }
+            }
+        }
+    }
+
+    /// Stages `value` (of the variable's shape, checked by the caller) as the paged
+    /// variable's whole new value: what [`Store::restore`](crate::Store::restore) does.
+    pub(crate) fn assign_paged<A: Element>(
+        &self,
+        variable: &PagedVariable<A>,
+        value: &ArrayD<A>,
+    ) -> Result<()> {
+        let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, variable.name())?;
+        let data = standard_elements(value);
+        slot.stage(Delta::dense(value.shape(), &data, Op::Assign));
+        Ok(())
+    }
+
+    fn scatter<A: Element, E: Dimension>(
+        &self,
+        target: RowTarget<'_, A>,
+        indices: &[usize],
+        rows: &ArrayRef<A, E>,
+        op: Op<A>,
+    ) -> Result<()> {
+        let data = standard_elements(rows);
+        let delta = Delta {
+            shape: rows.shape(),
+            data: &data,
+            op,
+            rows: Some(indices),
+        };
+        match target {
+            RowTarget::Dense(variable) => {
+                let slot = self.slot(variable)?;
+                let init = Init::Delta(delta);
+                slot.write(self.section(), init, self.guard()).map(drop)
+            }
+            RowTarget::Paged(variable) => {
+                let layout = &variable.inner.layout;
+                let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, &layout.name)?;
+                check_rows(&layout.name, &layout.shape, indices, rows.shape())?;
+                slot.stage(delta);
+                Ok(())
+            }
+        }
+    }
+}
