@@ -17,6 +17,24 @@ pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
+    check(name, builder, f);
+}
+
+/// [`run_model`] with a preemption bound of at most `bound`, unless `MVTENSOR_LOOM_DEEP` is
+/// set (then `LOOM_MAX_PREEMPTIONS`, as for every model): for a model that takes minutes at
+/// the bound of the others, run that deep by hand.
+pub fn run_model_with_bound(name: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    let deep = std::env::var_os("MVTENSOR_LOOM_DEEP").is_some();
+    builder.preemption_bound = match builder.preemption_bound {
+        Some(env) if deep => Some(env),
+        Some(env) => Some(env.min(bound)),
+        None => Some(bound),
+    };
+    check(name, builder, f);
+}
+
+fn check(name: &str, builder: loom::model::Builder, f: impl Fn() + Sync + Send + 'static) {
     eprintln!(
         "model {name}: preemption bound {:?}",
         builder.preemption_bound

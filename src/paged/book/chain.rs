@@ -109,12 +109,16 @@ impl<A: Element> Ledger<A> {
         debug_assert!(head.record.is_committed());
         // After the commit's clock read (Acquire): as in `link`.
         match horizon::oldest() {
-            Oldest::At(o) if timestamp > o => {
+            Oldest::Nobody => self.cut_all(),
+            Oldest::At(o) if timestamp <= o => self.cut_all(),
+            Oldest::At(o) => {
                 if let Some(link) = self.prev(head) {
                     self.cut_below(link, o);
                 }
             }
-            _ => self.cut_all(),
+            // A snapshot whose clock value is not known yet may need the table before: keep
+            // every link (loom found the cut when this case cut them all).
+            Oldest::Unknown => {}
         }
     }
 
@@ -158,9 +162,12 @@ impl<A: Element> Ledger<A> {
     /// clock has passed the walkers that may be on it. (`table` stays on the `linked` list
     /// until the next [`release_links`](Self::release_links) drops it.)
     fn cut(&mut self, table: &PagedTable<A>) {
-        // Relaxed: a walker that still loads the old link is covered by the grace period; the
-        // null publishes nothing.
-        let prev = table.prev.swap(ptr::null_mut(), Ordering::Relaxed);
+        // Release: a reader that finds the link of a head it saw pending cut takes the head as
+        // committed (`Inner::read`), so the null must publish the commit that came before the
+        // cut (and with it the batch's other installs: loom found a reader showing a section's
+        // row but not its counter with a Relaxed cut). A walker that still loads the old link
+        // is covered by the grace period.
+        let prev = table.prev.swap(ptr::null_mut(), Ordering::Release);
         if !prev.is_null() {
             // SAFETY: the book outlives its ledger.
             let point = unsafe { &*self.book }.clock.seal_point();
