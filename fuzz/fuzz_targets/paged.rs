@@ -1,6 +1,7 @@
 //! Differential fuzz target for paged variables: arbitrary row and dense writes (with
-//! arbitrary, possibly bad, indices and shapes), page sizes and held snapshots, against a
-//! plain 2-d array.
+//! arbitrary, possibly bad, indices and shapes), page sizes, held snapshots, and executions
+//! of a critical section over the table (and a counter) that stage row writes, gather rows,
+//! and fail or commit, against a plain 2-d array.
 //!
 //! Checked after every op: the result (the next version number, or the exact error variant)
 //! is the model's; an op that fails changes nothing; the whole value, a gather of the op's
@@ -13,11 +14,56 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use mvtensor::ndarray::arr0;
 use mvtensor::ndarray::{s, Array2, Axis};
-use mvtensor::{Error, OwnedPagedSnapshot, PagedVariable};
+use mvtensor::{CriticalSection, Error, OwnedPagedSnapshot, PagedVariable, Variable};
 
 const MAX_OPS: usize = 128;
 const MAX_HELD: usize = 8;
+const MAX_STEPS: usize = 16;
+
+/// Applies a row write of `values` to `model` as mvtensor defines it (in order, repeated
+/// indices each time).
+fn apply_rows(model: &mut Array2<i64>, kind: u8, ids: &[usize], values: &Array2<i64>) {
+    for (&id, row) in ids.iter().zip(values.rows()) {
+        let mut dst = model.row_mut(id);
+        match kind % 3 {
+            0 => dst += &row,
+            1 => dst.scaled_add(3, &row),
+            _ => dst.assign(&row),
+        }
+    }
+}
+
+/// The error a row write of `ids` with rows of width `w` must get, if any.
+fn expect_refused(
+    result: &Result<(), Error>,
+    ids: &[usize],
+    rows: usize,
+    width: usize,
+    w: usize,
+) -> bool {
+    if w != width {
+        assert!(
+            matches!(result, Err(Error::ShapeMismatch { .. })),
+            "{result:?}"
+        );
+        return true;
+    }
+    if let Some(&index) = ids.iter().find(|&&i| i >= rows) {
+        match result {
+            Err(Error::IndexOutOfRange {
+                index: i, bound: b, ..
+            }) => {
+                assert_eq!((*i, *b), (index, rows));
+            }
+            other => panic!("expected IndexOutOfRange, got {other:?}"),
+        }
+        return true;
+    }
+    assert!(result.is_ok(), "{result:?}");
+    false
+}
 
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -38,6 +84,21 @@ enum Op {
     Hold { owned: bool },
     /// Drop the oldest held snapshot.
     Release,
+    /// One execution of a section over the table (and a counter, if `counter`): its steps,
+    /// then `Err` if `fail`. A step that is refused stages nothing.
+    Section {
+        steps: Vec<Step>,
+        counter: bool,
+        fail: bool,
+    },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Step {
+    kind: u8,
+    indices: Vec<u8>,
+    fill: i8,
+    bad_width: bool,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -68,6 +129,8 @@ fuzz_target!(|input: Input| {
     let mut version = 0u64;
     let mut held: Vec<(OwnedPagedSnapshot<i64>, Array2<i64>)> = Vec::new();
     let mut pinned = Vec::new();
+    let counter = Variable::new(arr0(0i64).into_dyn());
+    let mut count = 0i64;
     for op in input.ops.into_iter().take(MAX_OPS) {
         match op {
             Op::Rows {
@@ -100,14 +163,7 @@ fuzz_target!(|input: Input| {
                         other => panic!("expected IndexOutOfRange, got {other:?}"),
                     }
                 } else {
-                    for (&id, row) in ids.iter().zip(values.rows()) {
-                        let mut dst = model.row_mut(id);
-                        match kind % 3 {
-                            0 => dst += &row,
-                            1 => dst.scaled_add(3, &row),
-                            _ => dst.assign(&row),
-                        }
-                    }
+                    apply_rows(&mut model, kind, &ids, &values);
                     version += 1;
                     assert_eq!(result.expect("valid"), version);
                     if !ids.is_empty() {
@@ -159,6 +215,65 @@ fuzz_target!(|input: Input| {
                         drop(pinned.remove(0));
                     }
                 }
+            }
+            Op::Section {
+                steps,
+                counter: with_counter,
+                fail,
+            } => {
+                let mut builder = CriticalSection::builder().paged(&table);
+                if with_counter {
+                    builder = builder.resource(&counter);
+                }
+                let section = builder.build().expect("no other section");
+                let mut seen = model.clone();
+                let mut staged = false;
+                let result = section.execute(|tx| {
+                    for step in steps.iter().take(MAX_STEPS) {
+                        let bound = rows + 2;
+                        let ids: Vec<usize> =
+                            step.indices.iter().map(|&i| i as usize % bound).collect();
+                        let w = if step.bad_width { width + 1 } else { width };
+                        let values = Array2::from_elem((ids.len(), w), i64::from(step.fill));
+                        let result = match step.kind % 3 {
+                            0 => tx.scatter_add(&table, &ids, &values),
+                            1 => tx.scatter_scaled_add(&table, 3, &ids, &values),
+                            _ => tx.scatter_update(&table, &ids, &values),
+                        };
+                        if !expect_refused(&result, &ids, rows, width, w) {
+                            apply_rows(&mut seen, step.kind, &ids, &values);
+                            staged = true;
+                        }
+                        let valid: Vec<usize> = ids.iter().copied().filter(|&i| i < rows).collect();
+                        let gathered = tx.gather(&table, &valid)?;
+                        assert_eq!(
+                            gathered,
+                            seen.select(Axis(0), &valid).into_dyn(),
+                            "gather in a txn"
+                        );
+                    }
+                    if with_counter {
+                        tx.assign_add(&counter, &arr0(1i64).into_dyn())?;
+                    }
+                    if fail {
+                        return Err(Error::Reentrant {
+                            running: "the fuzz target".into(),
+                            attempted: "a failing execution".into(),
+                        });
+                    }
+                    Ok(())
+                });
+                assert_eq!(result.is_err(), fail, "{result:?}");
+                if !fail {
+                    model = seen;
+                    if staged {
+                        version += 1;
+                    }
+                    if with_counter {
+                        count += 1;
+                    }
+                }
+                assert_eq!(counter.read()[[]], count);
             }
             Op::Release => {
                 if !held.is_empty() {
