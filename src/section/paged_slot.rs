@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use ndarray::ArrayD;
+use smallvec::SmallVec;
 
 use super::slot::AnySlot;
 use crate::error::Result;
@@ -33,6 +34,9 @@ struct State<A: Element> {
     base: *const PagedTable<A>,
     /// The batch's writes, in order.
     staged: Vec<Staged<A>>,
+    /// Emptied staged writes, whose buffers the next ones reuse: a steady stream of
+    /// executions allocates nothing for them.
+    spare: Vec<Staged<A>>,
     /// How many were staged when the running execution began: what a rollback keeps.
     begun: usize,
     /// Whether `install` put a pending table in (for `finish`).
@@ -70,6 +74,7 @@ impl<A: Element> PagedSlot<A> {
             state: RefCell::new(State {
                 base: std::ptr::null(),
                 staged: Vec::new(),
+                spare: Vec::new(),
                 begun: 0,
                 installed: false,
             }),
@@ -80,12 +85,25 @@ impl<A: Element> PagedSlot<A> {
     pub(super) fn stage(&self, delta: Delta<'_, A>) {
         let mut state = self.state.borrow_mut();
         state.load(&self.variable);
-        state.staged.push(Staged {
-            shape: delta.shape.to_vec(),
-            data: delta.data.to_vec(),
+        let mut staged = state.spare.pop().unwrap_or_else(|| Staged {
+            shape: Vec::new(),
+            data: Vec::new(),
             op: delta.op,
-            rows: delta.rows.map(<[usize]>::to_vec),
+            rows: None,
         });
+        staged.shape.clear();
+        staged.shape.extend_from_slice(delta.shape);
+        staged.data.clear();
+        staged.data.extend_from_slice(delta.data);
+        staged.op = delta.op;
+        match (delta.rows, &mut staged.rows) {
+            (Some(rows), Some(kept)) => {
+                kept.clear();
+                kept.extend_from_slice(rows);
+            }
+            (rows, kept) => *kept = rows.map(<[usize]>::to_vec),
+        }
+        state.staged.push(staged);
     }
 
     /// The rows `indices` as this execution sees them: the batch's base table plus every
@@ -133,7 +151,7 @@ impl<A: Element> PagedSlot<A> {
         if state.staged.is_empty() {
             return false;
         }
-        let deltas: Vec<_> = state.staged.iter().map(Staged::delta).collect();
+        let deltas: SmallVec<[_; 8]> = state.staged.iter().map(Staged::delta).collect();
         let inner = &self.variable.inner;
         let _lock = inner.access_with_ticket();
         // SAFETY: we hold the variable's ticket (the batch's) and the book's lock.
@@ -143,6 +161,15 @@ impl<A: Element> PagedSlot<A> {
 }
 
 impl<A: Element> State<A> {
+    /// Drops the staged writes from `from` on, keeping their buffers (a few: a batch that
+    /// staged many gives the rest back to the allocator).
+    fn spare_from(&mut self, from: usize) {
+        const KEPT: usize = 16;
+        let room = KEPT.saturating_sub(self.spare.len());
+        let mut dropped = self.staged.drain(from..);
+        self.spare.extend(dropped.by_ref().take(room));
+    }
+
     /// Loads the base on the batch's first touch. The batch holds the ticket, so the head is
     /// committed (a section commits before it serves the next ticket, and plain writes
     /// commit as they publish) and stays put.
@@ -168,7 +195,7 @@ impl<A: Element> AnySlot for PagedSlot<A> {
     fn rollback(&self) {
         let mut state = self.state.borrow_mut();
         let begun = state.begun;
-        state.staged.truncate(begun);
+        state.spare_from(begun);
     }
 
     fn staged(&self) -> bool {
@@ -209,7 +236,7 @@ impl<A: Element> AnySlot for PagedSlot<A> {
     fn clear(&self) {
         let mut state = self.state.borrow_mut();
         state.base = std::ptr::null();
-        state.staged.clear();
+        state.spare_from(0);
         state.begun = 0;
         state.installed = false;
     }

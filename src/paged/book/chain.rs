@@ -177,11 +177,16 @@ impl<A: Element> Ledger<A> {
 
     /// Cuts every link: none is needed any more.
     fn cut_all(&mut self) {
-        for table in std::mem::take(&mut self.linked) {
+        // Taken and put back empty, so that the list keeps its capacity (a section's commit
+        // links and cuts once each: a fresh list was an allocation per commit).
+        let mut linked = std::mem::take(&mut self.linked);
+        for &table in &linked {
             // SAFETY: a table on the list is kept (not reused) while its link is in place, and
             // `release_links` drops every table whose link is gone before any reuse.
             self.cut(unsafe { &*table });
         }
+        linked.clear();
+        self.linked = linked;
     }
 
     /// At the start of a write, before any table is reused: releases the cut links whose grace

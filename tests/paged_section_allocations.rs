@@ -1,0 +1,55 @@
+//! A steady stream of executions that scatter rows into a paged table and add to a counter
+//! allocates nothing of its own: the staged writes' buffers, the book's lists, the commit
+//! record, the table and its pages are all reused. What remains is crossbeam-epoch's
+//! bookkeeping: a bag node each time the paged variable's grace clock defers a tick, about
+//! once per commit here (`row_allocations.rs`: about once per two plain paged writes). A
+//! counting allocator (one test per file: it counts for the whole process).
+
+mod counting;
+
+use counting::allocations;
+use mvtensor::{CriticalSection, PagedVariable, Variable};
+use ndarray::{arr0, Array2};
+
+#[test]
+fn steady_paged_executions_do_not_allocate() {
+    let executions = if cfg!(miri) { 300 } else { 20_000 };
+    let table = PagedVariable::new(Array2::<f32>::zeros((1000, 16))).unwrap();
+    let steps = Variable::new(arr0(0i64));
+    let section = CriticalSection::builder()
+        .paged(&table)
+        .resource(&steps)
+        .build()
+        .unwrap();
+    let grads = Array2::<f32>::ones((4, 16));
+    let one = arr0(1i64);
+    let mut i = 0usize;
+    let mut step = || {
+        let ids = [i % 1000, (i * 7) % 1000, (i * 31) % 1000, (i * 131) % 1000];
+        i += 1;
+        section
+            .execute(|tx| {
+                tx.scatter_scaled_add(&table, -0.5, &ids, &grads)?;
+                tx.scatter_add(&table, &ids[..1], &grads.slice(ndarray::s![..1, ..]))?;
+                tx.assign_add(&steps, &one)
+            })
+            .unwrap();
+    };
+    for _ in 0..executions {
+        step(); // warm: spares, records and pages fill
+    }
+    let before = allocations();
+    for _ in 0..executions {
+        step();
+    }
+    let per_execution = (allocations() - before) as f64 / executions as f64;
+    assert_eq!(steps.read()[[]], 2 * executions as i64);
+    // Fresh vectors for each staged write were 6 more an execution, and a fresh list of
+    // linked tables after every cut 1 more.
+    let bound = if cfg!(miri) { 1.75 } else { 1.25 };
+    assert!(
+        per_execution < bound,
+        "{per_execution} allocations per execution"
+    );
+    eprintln!("{per_execution:.4} allocations per execution");
+}
