@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use mvtensor::PagedVariable;
-use ndarray::Array2;
+use mvtensor::{CriticalSection, PagedVariable, Variable};
+use ndarray::{arr0, Array0, Array2, Ix0};
 
 use super::costs::thread_cpu_ns;
 use super::wide::add_in_place;
@@ -53,6 +53,8 @@ impl Indices {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EmbeddingVariant {
     Paged,
+    /// The paged table and a step counter, updated together by a critical section.
+    PagedSection,
     StdMutex,
     PlMutex,
     PlRwLock,
@@ -61,8 +63,9 @@ pub enum EmbeddingVariant {
 }
 
 impl EmbeddingVariant {
-    pub const ALL: [EmbeddingVariant; 6] = [
+    pub const ALL: [EmbeddingVariant; 7] = [
         EmbeddingVariant::Paged,
+        EmbeddingVariant::PagedSection,
         EmbeddingVariant::StdMutex,
         EmbeddingVariant::PlMutex,
         EmbeddingVariant::PlRwLock,
@@ -72,6 +75,7 @@ impl EmbeddingVariant {
     pub fn name(self) -> &'static str {
         match self {
             EmbeddingVariant::Paged => "mvtensor paged",
+            EmbeddingVariant::PagedSection => "mvtensor paged + counter, in a section",
             EmbeddingVariant::StdMutex => "std Mutex",
             EmbeddingVariant::PlMutex => "parking_lot Mutex",
             EmbeddingVariant::PlRwLock => "parking_lot RwLock",
@@ -92,6 +96,21 @@ impl EmbeddingVariant {
         let init = Array2::<f32>::from_elem((ROWS, WIDTH), 1.0);
         match self {
             EmbeddingVariant::Paged => Box::new(PagedVariable::new(init).expect("2-d")),
+            EmbeddingVariant::PagedSection => {
+                let table = PagedVariable::new(init).expect("2-d");
+                let steps = Variable::new(arr0(0i64));
+                let section = CriticalSection::builder()
+                    .paged(&table)
+                    .resource(&steps)
+                    .build()
+                    .expect("fresh variables");
+                Box::new(InSection {
+                    table,
+                    steps,
+                    section,
+                    one: arr0(1),
+                })
+            }
             EmbeddingVariant::StdMutex => Box::new(std::sync::Mutex::new(init)),
             EmbeddingVariant::PlMutex => Box::new(parking_lot::Mutex::new(init)),
             EmbeddingVariant::PlRwLock => Box::new(parking_lot::RwLock::new(init)),
@@ -140,6 +159,33 @@ impl Table for PagedVariable<f32> {
     }
     fn sum(&self) -> f64 {
         self.read().to_array().iter().map(|&x| f64::from(x)).sum()
+    }
+}
+
+/// A trainer's step that must change the table and other state together: here a step
+/// counter, in one execution (the commit installs the table pending under the batch's
+/// record, then the counter, then commits both).
+struct InSection {
+    table: PagedVariable<f32>,
+    steps: Variable<i64, Ix0>,
+    section: CriticalSection,
+    one: Array0<i64>,
+}
+
+impl Table for InSection {
+    fn add(&self, ids: &[usize], ones: &Array2<f32>) {
+        self.section
+            .execute(|tx| {
+                tx.scatter_add(&self.table, ids, ones)?;
+                tx.assign_add(&self.steps, &self.one)
+            })
+            .expect("checked indices");
+    }
+    fn gather(&self, ids: &[usize]) -> Array2<f32> {
+        Table::gather(&self.table, ids)
+    }
+    fn sum(&self) -> f64 {
+        Table::sum(&self.table)
     }
 }
 

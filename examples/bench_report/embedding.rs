@@ -36,7 +36,10 @@ impl Report<'_> {
             s,
             "A table of {ROWS} x {WIDTH} f32 ({} MiB); an update adds ones to {K} rows drawn \
              Zipf-distributed (exponent 1, as word frequencies are) or uniformly. mvtensor: a \
-             `PagedVariable` (default pages: one row, one level of 64-pointer nodes), `scatter_add`. The locks update the \
+             `PagedVariable` (default pages: one row, one level of 64-pointer nodes), `scatter_add`; \
+             and the same table with a step counter in a `CriticalSection`, an execution adding \
+             the rows and one to the counter (`tx.scatter_add`, `tx.assign_add`), as a step \
+             that must change both together does (the locks change the table only). The locks update the \
              rows in place (on slices, the add in AVX2 where the processor has it); arc-swap copies the whole table per update; *racy* is Hogwild \
              without any synchronisation (relaxed loads and stores of each element, the \
              `hogwild` crate's behaviour without its undefined behaviour): the speed limit, \
