@@ -23,7 +23,7 @@
 //! its number after the exit, and the next owner carries the count on from there.
 //!
 //! A paged variable's book has a clock of its own, advanced by whichever thread holds the
-//! variable's flag (the flag hands `deferred` from holder to holder), so that the tables its
+//! variable's book lock (the lock hands `deferred` from holder to holder), so that the tables its
 //! writes replace wait for the variable's next writes, not for one thread's
 //! (`paged::book::Ledger::retire_head`); a tick in flight keeps
 //! the book alive.
@@ -95,7 +95,7 @@ impl Clock {
     /// may call it (the owner of the clock).
     pub(crate) fn next_tick(&self, always: bool) -> Option<u64> {
         // Relaxed: only the owner writes it, and reads it until a hand-over (a new thread,
-        // or the next holder of a variable's flag) orders it. (One load each, and `done`
+        // or the next holder of a paged variable's book lock) orders it. (One load each, and `done`
         // only when it matters: every atomic access is a branch point of the loom models.)
         let deferred = self.deferred.load(Ordering::Relaxed);
         // Relaxed: the decision only; a tick still in flight just makes us wait for it.

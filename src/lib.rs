@@ -191,8 +191,7 @@ pub use paged::{
 };
 pub use read_all::{read_all, ReadSet};
 pub use section::{
-    CriticalSection, CriticalSectionBuilder, RowTarget, RowVariable, Txn, TxnMut, TxnRef,
-    TxnRewrite,
+    CriticalSection, CriticalSectionBuilder, RowVariable, Txn, TxnMut, TxnRef, TxnRewrite,
 };
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};

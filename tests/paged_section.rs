@@ -242,3 +242,27 @@ fn store_snapshots_show_a_sections_commit_whole() {
         });
     });
 }
+
+/// Row operations take a variable, a reference to one or an `Arc` of one, dense or paged.
+#[test]
+fn row_operations_take_references_and_arcs() {
+    let table = std::sync::Arc::new(PagedVariable::new(Array2::<i64>::zeros((4, 2))).unwrap());
+    let dense = std::sync::Arc::new(Variable::new(Array2::<i64>::zeros((4, 2))));
+    let section = CriticalSection::builder()
+        .paged(&table)
+        .resource(&dense)
+        .build()
+        .unwrap();
+    let by_ref: &Variable<i64, ndarray::Ix2> = &dense;
+    section
+        .execute(|tx| {
+            tx.scatter_add(&table, &[1], &ones(1, 2))?;
+            tx.scatter_add(&dense, &[2], &ones(1, 2))?;
+            tx.scatter_update(&by_ref, &[3], &ones(1, 2))?;
+            assert_eq!(tx.gather(&*table, &[1])?[[0, 0]], 1);
+            assert_eq!(tx.gather(by_ref, &[2, 3])?.sum(), 4);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert_eq!((sum(&table), dense.read().sum()), (2, 4));
+}

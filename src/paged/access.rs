@@ -28,8 +28,10 @@ use crate::Element;
 
 /// The right to touch the book: the lock, and the ticket if the variable is queued then.
 pub(crate) struct Access<'v> {
-    _ticket: Option<Ticket<'v>>,
+    // Fields drop in order: the lock before the ticket, so that the next ticket holder does
+    // not find the lock still held.
     _lock: MutexGuard<'v, ()>,
+    _ticket: Option<Ticket<'v>>,
 }
 
 impl<A: Element> Inner<A> {
@@ -55,8 +57,8 @@ impl<A: Element> Inner<A> {
             // Relaxed: set and cleared under the lock we hold.
             if ticket.is_some() || !self.queued.load(Ordering::Relaxed) {
                 return Ok(Access {
-                    _ticket: ticket,
                     _lock: lock,
+                    _ticket: ticket,
                 });
             }
         }

@@ -44,8 +44,9 @@ impl<A: Element> Inner<A> {
                 return TableAt::NotYetCreated;
             }
             // Acquire: not needed for the value (a link is set before its table is published,
-            // and later only cut to null, so the load sees what the head's swap published or
-            // null), but it keeps the walk's reasoning local to each step; free on x86.
+            // and later only cut to null or, by `Ledger::settle`, moved to an older table this
+            // walk would reach through the old one), but it keeps the walk's reasoning local
+            // to each step; free on x86.
             raw = t.prev.load(Ordering::Acquire);
             if raw.is_null() {
                 return TableAt::Unlinked;

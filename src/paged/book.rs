@@ -1,6 +1,7 @@
 //! The book of a paged variable: which table owns which page, and the pages ready for reuse.
 //!
-//! Only the holder of the variable's combiner flag (the one writer at a time) touches a book,
+//! Only the holder of the variable's book lock (the one writer at a time: a combining pass, a
+//! thread inside an execution writing alone, or a section's commit) touches a book,
 //! so it needs no synchronisation of its own; what crosses threads is each table's count.
 //!
 //! **Who owns a page.** A write copies the nodes and pages it touches and shares the rest
@@ -77,7 +78,7 @@ pub(crate) struct Book<A: Element> {
     pub(crate) pages: Arc<AtomicUsize>,
 }
 
-/// The writer's side of a book: only the combiner flag's holder touches it.
+/// The writer's side of a book: only the holder of the book lock touches it.
 pub(crate) struct Ledger<A: Element> {
     /// The book this ledger is in, with the provenance of its allocation: tables point to it.
     book: *const Book<A>,
@@ -154,9 +155,9 @@ impl<A: Element> Book<A> {
     /// The writer's state.
     ///
     /// # Safety
-    /// The caller holds the variable's combiner flag (or is the book's last holder), and
+    /// The caller holds the variable's book lock (or is the book's last holder), and
     /// drops the borrow before letting go.
-    #[allow(clippy::mut_from_ref)] // the flag is what makes it exclusive
+    #[allow(clippy::mut_from_ref)] // the lock is what makes it exclusive
     pub(crate) unsafe fn ledger(&self) -> &mut Ledger<A> {
         // SAFETY: the caller's contract.
         unsafe { &mut *self.ledger.get() }

@@ -392,10 +392,11 @@ impl<A: Element> Inner<A> {
         // SAFETY: the head is counted, and its count is released after our pin.
         let t = unsafe { &*table };
         if !t.record.is_committed() {
-            // Acquire: pairs with the swap's Release, as for the head. The link is cut only
-            // after the commit, so a null one means the head is committed by now.
+            // Acquire: pairs with the head swap's Release (the link to the table before), and
+            // with the Release of `settle` or a cut, which change the link only after the
+            // commit: having read such a change, we see the commit when we look again.
             let prev = t.prev.load(Ordering::Acquire);
-            if !prev.is_null() {
+            if !prev.is_null() && !t.record.is_committed() {
                 table = prev;
             }
         }

@@ -35,7 +35,7 @@ use slot::{AnySlot, Slot};
 
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef, TxnRewrite};
-pub use rows::{RowTarget, RowVariable};
+pub use rows::RowVariable;
 pub use txn::Txn;
 
 use crate::error::Error;

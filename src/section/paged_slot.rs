@@ -107,8 +107,8 @@ impl<A: Element> PagedSlot<A> {
     }
 
     /// The rows `indices` as this execution sees them: the batch's base table plus every
-    /// staged write to them, in order. Costs the staged rows times `indices`: made for the
-    /// few rows of a sparse step.
+    /// staged write to them, in order. Costs `O((staged rows + indices) log indices)`: the
+    /// positions asked for are sorted by row once, and each staged row looks itself up.
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange).
@@ -123,21 +123,29 @@ impl<A: Element> PagedSlot<A> {
             return Ok(out);
         }
         let out_rows = out.as_slice_mut().expect("gather returns a standard array");
+        // (row, position in `out`), by row.
+        let mut wanted: Vec<(usize, usize)> = indices.iter().copied().zip(0..).collect();
+        wanted.sort_unstable();
+        let mut apply = |row: usize, values: &[A], op: Op<A>| {
+            let first = wanted.partition_point(|&(r, _)| r < row);
+            for &(_, at) in wanted[first..].iter().take_while(|&&(r, _)| r == row) {
+                kernel::accumulate(&mut out_rows[at * width..][..width], values, op);
+            }
+        };
         for staged in &state.staged {
             match &staged.rows {
                 Some(rows) => {
                     for (&row, values) in rows.iter().zip(staged.data.chunks_exact(width)) {
-                        for (&want, out) in indices.iter().zip(out_rows.chunks_exact_mut(width)) {
-                            if want == row {
-                                kernel::accumulate(out, values, staged.op);
-                            }
-                        }
+                        apply(row, values, staged.op);
                     }
                 }
                 None => {
-                    for (&want, out) in indices.iter().zip(out_rows.chunks_exact_mut(width)) {
-                        let values = &staged.data[want * width..][..width];
-                        kernel::accumulate(out, values, staged.op);
+                    let mut last = None;
+                    for &(row, _) in &wanted {
+                        // Each distinct row once: `apply` serves its every position.
+                        if last.replace(row) != Some(row) {
+                            apply(row, &staged.data[row * width..][..width], staged.op);
+                        }
                     }
                 }
             }
@@ -161,12 +169,17 @@ impl<A: Element> PagedSlot<A> {
 }
 
 impl<A: Element> State<A> {
-    /// Drops the staged writes from `from` on, keeping their buffers (a few: a batch that
-    /// staged many gives the rest back to the allocator).
+    /// Drops the staged writes from `from` on, keeping the buffers of a few (a batch that
+    /// staged many, or a large one, gives the rest back to the allocator).
     fn spare_from(&mut self, from: usize) {
+        /// Staged writes whose buffers are kept.
         const KEPT: usize = 16;
+        /// Elements a kept buffer may hold: a dense write (a restore) is not kept for the
+        /// section's life.
+        const KEPT_ELEMENTS: usize = 64 * 1024;
         let room = KEPT.saturating_sub(self.spare.len());
-        let mut dropped = self.staged.drain(from..);
+        let small = |s: &Staged<A>| s.data.capacity() <= KEPT_ELEMENTS;
+        let mut dropped = self.staged.drain(from..).filter(small);
         self.spare.extend(dropped.by_ref().take(room));
     }
 

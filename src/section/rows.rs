@@ -11,39 +11,55 @@ use crate::kernel::{standard_elements, Delta, Op};
 use crate::{Element, PagedVariable, Variable};
 
 /// A variable whose rows an execution can scatter into and gather from: a [`Variable`] or a
-/// [`PagedVariable`]. Sealed: implemented by those two only.
-pub trait RowVariable<A: Element>: private::Sealed {
-    /// Which of the two it is.
-    #[doc(hidden)]
-    fn row_target(&self) -> RowTarget<'_, A>;
-}
-
-/// What a [`RowVariable`] is (an implementation detail of [`Txn`]'s row operations).
-#[doc(hidden)]
-#[derive(Debug)]
-pub enum RowTarget<'v, A: Element> {
-    Dense(&'v Variable<A>),
-    Paged(&'v PagedVariable<A>),
-}
+/// [`PagedVariable`] (or a reference or `Arc` to one). Sealed: implemented by those only.
+pub trait RowVariable<A: Element>: private::Sealed<A> {}
 
 mod private {
-    pub trait Sealed {}
+    use crate::{Element, PagedVariable, Variable};
+
+    pub trait Sealed<A: Element> {
+        /// Which of the two it is.
+        fn row_target(&self) -> RowTarget<'_, A>;
+    }
+
+    /// What a [`RowVariable`](super::RowVariable) is.
+    #[derive(Debug)]
+    pub enum RowTarget<'v, A: Element> {
+        Dense(&'v Variable<A>),
+        Paged(&'v PagedVariable<A>),
+    }
 }
 
-impl<A: Element, D: Dimension> private::Sealed for Variable<A, D> {}
-impl<A: Element> private::Sealed for PagedVariable<A> {}
+use private::{RowTarget, Sealed};
 
-impl<A: Element, D: Dimension> RowVariable<A> for Variable<A, D> {
+impl<A: Element, D: Dimension> Sealed<A> for Variable<A, D> {
     fn row_target(&self) -> RowTarget<'_, A> {
         RowTarget::Dense(self.erased())
     }
 }
 
-impl<A: Element> RowVariable<A> for PagedVariable<A> {
+impl<A: Element> Sealed<A> for PagedVariable<A> {
     fn row_target(&self) -> RowTarget<'_, A> {
         RowTarget::Paged(self)
     }
 }
+
+impl<A: Element, T: Sealed<A> + ?Sized> Sealed<A> for &T {
+    fn row_target(&self) -> RowTarget<'_, A> {
+        (**self).row_target()
+    }
+}
+
+impl<A: Element, T: Sealed<A> + ?Sized> Sealed<A> for std::sync::Arc<T> {
+    fn row_target(&self) -> RowTarget<'_, A> {
+        (**self).row_target()
+    }
+}
+
+impl<A: Element, D: Dimension> RowVariable<A> for Variable<A, D> {}
+impl<A: Element> RowVariable<A> for PagedVariable<A> {}
+impl<A: Element, T: RowVariable<A> + ?Sized> RowVariable<A> for &T {}
+impl<A: Element, T: RowVariable<A> + ?Sized> RowVariable<A> for std::sync::Arc<T> {}
 
 impl Txn<'_> {
     /// Adds `rows[i]` to row `indices[i]` (a repeated index receives each of its rows), as
@@ -184,5 +200,34 @@ impl Txn<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(all(test, not(mvtensor_loom)))]
+mod tests {
+    use ndarray::{arr2, Array2};
+
+    use crate::{CriticalSection, Error, PagedVariable};
+
+    /// A whole-value write staged on a paged table (what a restore does), then rows added:
+    /// a gather with repeated indices sees both, once each, at every position.
+    #[test]
+    fn a_gather_sees_a_staged_assignment_and_rows_once_per_position() {
+        let table = PagedVariable::new(Array2::<i64>::zeros((3, 2))).unwrap();
+        let section = CriticalSection::builder().paged(&table).build().unwrap();
+        section
+            .execute(|tx| {
+                let value = arr2(&[[1, 1], [2, 2], [3, 3]]).into_dyn();
+                tx.assign_paged(&table, &value)?;
+                tx.scatter_add(&table, &[1], &arr2(&[[10, 10]]))?;
+                let seen = tx.gather(&table, &[1, 0, 1])?;
+                assert_eq!(seen, arr2(&[[12, 12], [1, 1], [12, 12]]).into_dyn());
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        assert_eq!(
+            table.read().to_array(),
+            arr2(&[[1, 1], [12, 12], [3, 3]]).into_dyn()
+        );
     }
 }

@@ -16,7 +16,7 @@ impl<A: Element> Ledger<A> {
     /// table (count 1, for the head) for the caller to publish.
     ///
     /// # Safety
-    /// `old` is the head, this book's newest table; the caller holds the combiner flag.
+    /// `old` is the head, this book's newest table; the caller holds the book lock.
     pub(crate) unsafe fn build(
         &mut self,
         old: *mut PagedTable<A>,

@@ -16,7 +16,7 @@
 //! progress cuts it all, whoever still counts the tables on it (a store snapshot held for a
 //! checkpoint, say).
 //!
-//! Only the combiner flag's holder links or cuts; snapshots only walk, pinned. A cut link's
+//! Only the book lock's holder links or cuts; snapshots only walk, pinned. A cut link's
 //! count is released once the book's grace clock says every walker pinned at the cut has
 //! unpinned. A table nobody counts any more gives its own link up at the writer's next reclaim,
 //! at once: a walker only stands on a table whose count it, or the link that led it there,
@@ -39,7 +39,7 @@ impl<A: Element> Ledger<A> {
     /// the store snapshots in progress need. Call right before publishing it.
     ///
     /// # Safety
-    /// `new` is unpublished and ours; `old` is the head; the caller holds the combiner flag.
+    /// `new` is unpublished and ours; `old` is the head; the caller holds the book lock.
     pub(crate) unsafe fn link(&mut self, table: *mut PagedTable<A>, old: *mut PagedTable<A>) {
         // SAFETY: the caller's contract.
         let new = unsafe { &mut *table };
@@ -96,8 +96,10 @@ impl<A: Element> Ledger<A> {
     }
 
     /// After the pending head's record committed: what [`link`](Self::link) does for a
-    /// table committed as it is published, now that its timestamp is known. Its link to the
-    /// table before stays only if a store snapshot in progress may need it.
+    /// table committed as it is published, now that its timestamp is known. The link to the
+    /// table before stays only if a store snapshot in progress may need it, and moves past
+    /// the tables committed at the same timestamp (as `link` skips them), so that commits
+    /// between two ticks do not chain every table.
     ///
     /// # Safety
     /// `head` is the head, installed by [`link_pending`](Self::link_pending) and committed
@@ -108,17 +110,34 @@ impl<A: Element> Ledger<A> {
         let timestamp = head.timestamp();
         debug_assert!(head.record.is_committed());
         // After the commit's clock read (Acquire): as in `link`.
-        match horizon::oldest() {
-            Oldest::Nobody => self.cut_all(),
-            Oldest::At(o) if timestamp <= o => self.cut_all(),
-            Oldest::At(o) => {
-                if let Some(link) = self.prev(head) {
-                    self.cut_below(link, o);
-                }
-            }
-            // A snapshot whose clock value is not known yet may need the table before: keep
-            // every link (loom found the cut when this case cut them all).
-            Oldest::Unknown => {}
+        let oldest = horizon::oldest();
+        // Relaxed: only the book's holder sets links.
+        let old = head.prev.load(Ordering::Relaxed);
+        let needed = match oldest {
+            Oldest::Nobody => None,
+            Oldest::At(o) if timestamp <= o => None, // every snapshot needs it or newer
+            _ if old.is_null() => None,
+            _ => self.linked_below(old, timestamp),
+        };
+        let Some(link) = needed else {
+            // No snapshot can walk past the head: nothing below it is needed.
+            return self.cut_all();
+        };
+        if !ptr::eq(link, old) {
+            // Relaxed: reached through a counted link only we can cut, as in `link`.
+            link.refs.fetch_add(1, Ordering::Relaxed);
+            // Release: as a cut's (`cut`): a reader that saw the head pending and loads the
+            // new link must then see the commit (`Inner::read` looks at the record again).
+            let replaced = head
+                .prev
+                .swap(ptr::from_ref(link).cast_mut(), Ordering::Release);
+            // SAFETY: the book outlives its ledger.
+            let point = unsafe { &*self.book }.clock.seal_point();
+            // The old link's count goes as a cut one does: after the walkers on it are gone.
+            self.cut.push((replaced, point));
+        }
+        if let Oldest::At(o) = oldest {
+            self.cut_below(link, o);
         }
     }
 
@@ -151,8 +170,8 @@ impl<A: Element> Ledger<A> {
 
     /// `table`'s link, if any.
     fn prev<'t>(&self, table: &'t PagedTable<A>) -> Option<&'t PagedTable<A>> {
-        // Relaxed: only flag holders set links, and the flag orders the last holder's stores
-        // before us.
+        // Relaxed: only holders of the book lock set links, and the lock orders the last
+        // holder's stores before us.
         let prev = table.prev.load(Ordering::Relaxed);
         // SAFETY: a link holds a count of the table it points to.
         (!prev.is_null()).then(|| unsafe { &*prev })
