@@ -6,7 +6,6 @@
 #
 #   bin/loom.sh                      # every model, preemption bound 2
 #   LOOM_MAX_PREEMPTIONS=3 bin/loom.sh --test version   # one file of loom/tests, deeper
-#   MVTENSOR_LOOM_DEEP=1 bin/loom.sh --test paged_section  # also the models capped at bound 1
 #   bin/loom.sh --lib                # the component models only
 #   bin/loom.sh --lib loom_ticket    # the component models whose names match (any of) these
 #

@@ -69,10 +69,16 @@ impl<A: Element> Head<A> {
         if newest.record.is_committed() {
             return newest;
         }
-        // Acquire: pairs with the install's Release so the older version's contents are seen.
+        // Acquire: pairs with the install's Release so the older version's contents are seen,
+        // and with the Release of whoever changed the link since, which happens only after
+        // the commit: a cut (null) or a skip past versions of the same timestamp
+        // (`Version::release_prev`) to an *older* one.
         let prev = newest.prev.load(Ordering::Acquire);
-        if prev.is_null() {
-            // `prev` is cleared only after the commit, so the newest one is committed by now.
+        if prev.is_null() || newest.record.is_committed() {
+            // Having read a changed link, we see the commit: the newest one is visible. (Not
+            // looking again showed a version older than one this thread had already read,
+            // when a section committed twice during one store snapshot: the component model
+            // `paged::loom_paged_settle`, at preemption bound 3.)
             return newest;
         }
         // SAFETY: `prev` holds a count, and it was reachable from the

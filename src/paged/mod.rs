@@ -18,6 +18,10 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+#[cfg(all(test, mvtensor_loom))]
+#[path = "../tests/loom_paged_settle.rs"]
+mod loom_paged_settle;
+
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;

@@ -228,3 +228,32 @@ mod chain {
         assert_eq!(paged.read().row(0).unwrap()[[0]], 2000);
     }
 }
+
+/// Under Tree Borrows in CI, as the rest of this file (a section pins the real epoch).
+mod section {
+    use ndarray::{arr2, Array2};
+
+    use crate::{CriticalSection, Error, PagedVariable};
+
+    /// A whole-value write staged on a paged table (what a restore does), then rows added:
+    /// a gather with repeated indices sees both, once each, at every position.
+    #[test]
+    fn a_gather_sees_a_staged_assignment_and_rows_once_per_position() {
+        let table = PagedVariable::new(Array2::<i64>::zeros((3, 2))).unwrap();
+        let section = CriticalSection::builder().paged(&table).build().unwrap();
+        section
+            .execute(|tx| {
+                let value = arr2(&[[1, 1], [2, 2], [3, 3]]).into_dyn();
+                tx.assign_paged(&table, &value)?;
+                tx.scatter_add(&table, &[1], &arr2(&[[10, 10]]))?;
+                let seen = tx.gather(&table, &[1, 0, 1])?;
+                assert_eq!(seen, arr2(&[[12, 12], [1, 1], [12, 12]]).into_dyn());
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        assert_eq!(
+            table.read().to_array(),
+            arr2(&[[1, 1], [12, 12], [3, 3]]).into_dyn()
+        );
+    }
+}

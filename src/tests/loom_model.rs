@@ -25,12 +25,28 @@ pub(crate) fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
 /// [`run_model`], never above preemption bound `max`: for a model that a deeper run
 /// (`bin/verify-deep.sh`'s bound 3) would keep busy for hours.
 pub(crate) fn run_model_at_most(name: &str, max: usize, f: impl Fn() + Sync + Send + 'static) {
+    run_model_within(name, max, |bound| bound.min(max), f);
+}
+
+/// [`run_model`], never below preemption bound `min`: for a race that needs three
+/// preemptions and a model small enough to explore them all.
+pub(crate) fn run_model_at_least(name: &str, min: usize, f: impl Fn() + Sync + Send + 'static) {
+    run_model_within(name, min, |bound| bound.max(min), f);
+}
+
+/// Runs the model at `choose(asked bound)`, saying so when that is not the bound asked.
+fn run_model_within(
+    name: &str,
+    limit: usize,
+    choose: impl Fn(usize) -> usize,
+    f: impl Fn() + Sync + Send + 'static,
+) {
     let mut builder = loom::model::Builder::new();
     let bound = builder.preemption_bound.unwrap_or(2);
-    if bound > max {
-        eprintln!("model {name}: preemption bound {bound} asked, {max} is this model's most");
+    if choose(bound) != bound {
+        eprintln!("model {name}: preemption bound {bound} asked, {limit} is this model's limit");
     }
-    builder.preemption_bound = Some(bound.min(max));
+    builder.preemption_bound = Some(choose(bound));
     eprintln!(
         "model {name}: preemption bound {:?}",
         builder.preemption_bound

@@ -20,17 +20,15 @@ pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     check(name, builder, f);
 }
 
-/// [`run_model`] with a preemption bound of at most `bound`, unless `MVTENSOR_LOOM_DEEP` is
-/// set (then `LOOM_MAX_PREEMPTIONS`, as for every model): for a model that takes minutes at
-/// the bound of the others, run that deep by hand.
-pub fn run_model_with_bound(name: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
+/// [`run_model`], never above preemption bound `max` (as the crate's component models'
+/// `run_model_at_most`): for a model that takes minutes at the bound of the others.
+pub fn run_model_at_most(name: &str, max: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
-    let deep = std::env::var_os("MVTENSOR_LOOM_DEEP").is_some();
-    builder.preemption_bound = match builder.preemption_bound {
-        Some(env) if deep => Some(env),
-        Some(env) => Some(env.min(bound)),
-        None => Some(bound),
-    };
+    let bound = builder.preemption_bound.unwrap_or(2);
+    if bound > max {
+        eprintln!("model {name}: preemption bound {bound} asked, {max} is this model's most");
+    }
+    builder.preemption_bound = Some(bound.min(max));
     check(name, builder, f);
 }
 

@@ -160,7 +160,8 @@ impl<A: Element> Ledger<A> {
         old: *mut PagedTable<A>,
         timestamp: u64,
     ) -> Option<&'t PagedTable<A>> {
-        // SAFETY: the head is counted, so alive.
+        // SAFETY: `old` is counted (the head's count in `link`; in `settle`, the pending
+        // head's link to it), so alive.
         let mut table = unsafe { &*old };
         while table.timestamp() >= timestamp {
             table = self.prev(table)?;
