@@ -139,14 +139,12 @@ impl<A: Element> Version<A> {
                 // sound; it becomes the count our link holds.
                 unsafe { Pinned::new(next) }.add_count();
             }
-            // AcqRel: Release orders the count just added on `next` before whoever takes this
-            // link over and releases it; Acquire, the same for the count on `prev` we take
-            // over. (Not `next`'s contents: whoever reaches `self` already happens-after every
-            // older version's build, since installs chain through the head's CAS.) No model
-            // can catch a weaker one: `p`'s own link keeps a count on `next` until `p`'s
-            // release, which limbo orders after this call (docs/verification.md, "equivalent
-            // mutations"). Kept as the protocol's statement; on x86 every CAS costs the same.
-            // Acquire on failure: reread.
+            // AcqRel: Release, because a reader that saw `self` pending and loads this link
+            // must then see the commit when it looks again (`Head::visible`): the component
+            // model `paged::loom_paged_settle` fails with Acquire alone (a reader showed a
+            // version older than its own write). It also orders the count just added on
+            // `next` before whoever takes this link over and releases it; Acquire, the same
+            // for the count on `prev` we take over. Acquire on failure: reread.
             match self
                 .prev
                 .compare_exchange(prev, next, Ordering::AcqRel, Ordering::Acquire)

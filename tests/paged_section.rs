@@ -23,11 +23,7 @@ fn an_execution_sees_its_staged_rows_and_commits_them_with_a_dense_write() {
         .build()
         .unwrap();
     let steps = Variable::new(arr0(0i64));
-    let section = CriticalSection::builder()
-        .paged(&table)
-        .resource(&steps)
-        .build()
-        .unwrap();
+    let section = common::table_and_counter(&table, &steps);
     section
         .execute(|tx| {
             tx.scatter_add(&table, &[1, 9, 1], &ones(3, 3))?;
@@ -175,11 +171,7 @@ fn readers_see_a_sections_rows_and_counter_together() {
     let rounds = scaled(20, 3000);
     let table = PagedVariable::new(Array2::<i64>::zeros((16, 2))).unwrap();
     let steps = Variable::new(arr0(0i64));
-    let section = CriticalSection::builder()
-        .paged(&table)
-        .resource(&steps)
-        .build()
-        .unwrap();
+    let section = common::table_and_counter(&table, &steps);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -214,11 +206,7 @@ fn store_snapshots_show_a_sections_commit_whole() {
     let store = Store::new();
     let table = store.paged("emb", Array2::<i64>::zeros((32, 2))).unwrap();
     let steps = store.variable("steps", arr0(0i64)).unwrap();
-    let section = CriticalSection::builder()
-        .paged(&table)
-        .resource(&steps)
-        .build()
-        .unwrap();
+    let section = common::table_and_counter(&table, &steps);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {

@@ -5,10 +5,11 @@
 //! once per commit here (`row_allocations.rs`: about once per two plain paged writes). A
 //! counting allocator (one test per file: it counts for the whole process).
 
+mod common;
 mod counting;
 
 use counting::allocations;
-use mvtensor::{CriticalSection, PagedVariable, Variable};
+use mvtensor::{PagedVariable, Variable};
 use ndarray::{arr0, Array2};
 
 #[test]
@@ -16,11 +17,7 @@ fn steady_paged_executions_do_not_allocate() {
     let executions = if cfg!(miri) { 300 } else { 20_000 };
     let table = PagedVariable::new(Array2::<f32>::zeros((1000, 16))).unwrap();
     let steps = Variable::new(arr0(0i64));
-    let section = CriticalSection::builder()
-        .paged(&table)
-        .resource(&steps)
-        .build()
-        .unwrap();
+    let section = common::table_and_counter(&table, &steps);
     let grads = Array2::<f32>::ones((4, 16));
     let one = arr0(1i64);
     let mut i = 0usize;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::scaled;
-use mvtensor::{CriticalSection, PagedVariable, Variable};
+use mvtensor::{PagedVariable, Variable};
 use ndarray::{arr0, Array2};
 
 #[test]
@@ -14,11 +14,7 @@ fn section_commits_keep_pages_bounded() {
     let (rows, width, k) = (scaled(200, 20_000), 16, 8);
     let table = PagedVariable::new(Array2::<f32>::zeros((rows, width))).unwrap();
     let steps = Variable::new(arr0(0i64));
-    let section = CriticalSection::builder()
-        .paged(&table)
-        .resource(&steps)
-        .build()
-        .unwrap();
+    let section = common::table_and_counter(&table, &steps);
     let table_pages = table.stats().table_pages;
     // `paged_memory.rs`'s bound: the table, about four writes' worth of replaced pages
     // waiting out the grace period, and `3k + 8` spares.

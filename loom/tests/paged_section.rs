@@ -110,21 +110,7 @@ fn a_section_claiming_a_table_waits_out_a_plain_write() {
 #[test]
 fn a_store_snapshot_cuts_a_sections_commit_whole() {
     run_model_at_most("a_store_snapshot_cuts_a_sections_commit_whole", 1, || {
-        let store = std::sync::Arc::new(mvtensor::Store::new());
-        let table = one_row("a");
-        store.register_paged(&table).unwrap();
-        let counter = store.variable("b", common::value(0)).unwrap();
-        let section = CriticalSection::builder()
-            .paged(&table)
-            .resource(&counter)
-            .build()
-            .unwrap();
-        let writer = thread::spawn(move || executions(&section, &table, &counter, 1));
-        let snap = store.snapshot();
-        let row = snap.get_paged::<i64>("a").unwrap().row(0).unwrap()[[0]];
-        let count = snap.get::<i64, ndarray::IxDyn>("b").unwrap()[[]];
-        assert_eq!(row, count, "a cut through a section's commit");
-        writer.join().unwrap();
+        a_store_snapshot_racing(1);
     });
 }
 
@@ -136,22 +122,28 @@ fn a_store_snapshot_cuts_a_sections_commit_whole() {
 #[ignore = "289 s at preemption bound 1; run by hand with --ignored"]
 fn a_store_snapshot_cuts_two_section_commits_whole() {
     run_model_at_most("a_store_snapshot_cuts_two_section_commits_whole", 1, || {
-        let store = std::sync::Arc::new(mvtensor::Store::new());
-        let table = one_row("a");
-        store.register_paged(&table).unwrap();
-        let counter = store.variable("b", common::value(0)).unwrap();
-        let section = CriticalSection::builder()
-            .paged(&table)
-            .resource(&counter)
-            .build()
-            .unwrap();
-        let writer = thread::spawn(move || executions(&section, &table, &counter, 2));
-        let snap = store.snapshot();
-        let row = snap.get_paged::<i64>("a").unwrap().row(0).unwrap()[[0]];
-        let count = snap.get::<i64, ndarray::IxDyn>("b").unwrap()[[]];
-        assert_eq!(row, count, "a cut through a section's commit");
-        writer.join().unwrap();
+        a_store_snapshot_racing(2);
     });
+}
+
+/// A store over a one-row table and a counter; a store snapshot racing `n` executions of a
+/// section over both shows the row and the counter of the same commits.
+fn a_store_snapshot_racing(n: usize) {
+    let store = std::sync::Arc::new(mvtensor::Store::new());
+    let table = one_row("a");
+    store.register_paged(&table).unwrap();
+    let counter = store.variable("b", common::value(0)).unwrap();
+    let section = CriticalSection::builder()
+        .paged(&table)
+        .resource(&counter)
+        .build()
+        .unwrap();
+    let writer = thread::spawn(move || executions(&section, &table, &counter, n));
+    let snap = store.snapshot();
+    let row = snap.get_paged::<i64>("a").unwrap().row(0).unwrap()[[0]];
+    let count = snap.get::<i64, ndarray::IxDyn>("b").unwrap()[[]];
+    assert_eq!(row, count, "a cut through a section's commit");
+    writer.join().unwrap();
 }
 
 /// `n` executions, each adding one to the row and to the counter.

@@ -54,3 +54,17 @@ pub fn large_with_section(
         .expect("a fresh variable is unclaimed");
     (v, delta, section)
 }
+
+/// A critical section over a paged table and a step counter: the set-up of the tests of
+/// paged variables as section resources.
+#[allow(dead_code)] // not every test file builds one
+pub fn table_and_counter<A: mvtensor::Element>(
+    table: &mvtensor::PagedVariable<A>,
+    steps: &mvtensor::Variable<i64, ndarray::Ix0>,
+) -> mvtensor::CriticalSection {
+    mvtensor::CriticalSection::builder()
+        .paged(table)
+        .resource(steps)
+        .build()
+        .expect("fresh variables")
+}

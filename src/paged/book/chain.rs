@@ -50,12 +50,7 @@ impl<A: Element> Ledger<A> {
         // After the clock read: see the `horizon` module docs. A snapshot we do not see
         // ticked after our clock read, so it needs the new table or a newer one.
         let oldest = horizon::oldest();
-        let needed = match oldest {
-            Oldest::Nobody => None,
-            Oldest::At(o) if timestamp <= o => None, // every snapshot needs it or newer
-            _ => self.linked_below(old, timestamp),
-        };
-        let Some(link) = needed else {
+        let Some(link) = self.needed(oldest, old, timestamp) else {
             // No snapshot can walk past the new table: nothing below it is needed.
             return self.cut_all();
         };
@@ -113,13 +108,9 @@ impl<A: Element> Ledger<A> {
         let oldest = horizon::oldest();
         // Relaxed: only the book's holder sets links.
         let old = head.prev.load(Ordering::Relaxed);
-        let needed = match oldest {
-            Oldest::Nobody => None,
-            Oldest::At(o) if timestamp <= o => None, // every snapshot needs it or newer
-            _ if old.is_null() => None,
-            _ => self.linked_below(old, timestamp),
-        };
-        let Some(link) = needed else {
+        // (Never null: linked by `link_pending`, and nobody cuts it before this.)
+        let needed = (!old.is_null()).then(|| self.needed(oldest, old, timestamp));
+        let Some(link) = needed.flatten() else {
             // No snapshot can walk past the head: nothing below it is needed.
             return self.cut_all();
         };
@@ -152,6 +143,22 @@ impl<A: Element> Ledger<A> {
             }
         }
         self.cut(table);
+    }
+
+    /// What a table committed at `timestamp` on top of `old` must keep linked for the store
+    /// snapshots in progress (`oldest`): nothing if none can walk past it, else the newest
+    /// table at or below `old` committed before it.
+    fn needed<'t>(
+        &self,
+        oldest: Oldest,
+        old: *mut PagedTable<A>,
+        timestamp: u64,
+    ) -> Option<&'t PagedTable<A>> {
+        match oldest {
+            Oldest::Nobody => None,
+            Oldest::At(o) if timestamp <= o => None, // every snapshot needs it or newer
+            _ => self.linked_below(old, timestamp),
+        }
     }
 
     /// The newest table at or below `old` committed before `timestamp`.
