@@ -20,7 +20,9 @@ use common::{quiesce, scaled};
 fn snapshots_held_across_thousands_of_writes_hold_back_only_their_versions() {
     // 64 KiB versions: each is retired in a batch of its own and reclaimed before its write
     // returns, so the count is exact at every write (small ones come back a batch at a time).
-    let len = 16 * 1024;
+    // Miri takes 5 minutes over those: there the tensor is tiny and the counts not checked.
+    let len = scaled(16, 16 * 1024);
+    let exact = !cfg!(miri);
     let writes = scaled(6, 3_000);
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let one = ArrayD::<f32>::ones(IxDyn(&[len]));
@@ -60,7 +62,7 @@ fn snapshots_held_across_thousands_of_writes_hold_back_only_their_versions() {
     });
     eprintln!("at most {most} live versions with 3 snapshots held");
     assert!(
-        most <= 2 + 3,
+        !exact || most <= 2 + 3,
         "{most} live versions: the held snapshots held back more than themselves"
     );
     // Dropped: the next writes find the held versions free and the pool trims back.
@@ -71,7 +73,7 @@ fn snapshots_held_across_thousands_of_writes_hold_back_only_their_versions() {
     quiesce();
     let after = v.stats().live_versions;
     assert!(
-        after <= 3,
+        !exact || after <= 3,
         "{after} live versions once the snapshots are gone"
     );
     assert_eq!(v.read()[[0]], writes as f32 / 3.0 * 3.0 + 4.0);

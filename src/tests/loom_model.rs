@@ -60,10 +60,19 @@ fn run_model_within(
         crate::loom_new_execution();
         f()
     });
+    let took = start.elapsed();
+    let capped = builder.max_duration.is_some_and(|cap| took >= cap);
     eprintln!(
-        "model {name}: {} executions, {:.1} s",
+        "model {name}: {} executions, {:.1} s{}",
         executions.load(std::sync::atomic::Ordering::Relaxed),
-        start.elapsed().as_secs_f64()
+        took.as_secs_f64(),
+        // CI caps each model's exploration (`LOOM_MAX_DURATION`, see `.ci/run`): loom then
+        // stops quietly after a prefix of the interleavings.
+        if capped {
+            ", stopped at the LOOM_MAX_DURATION cap: explored in part"
+        } else {
+            ""
+        }
     );
 }
 

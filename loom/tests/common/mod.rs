@@ -37,10 +37,23 @@ fn check(name: &str, builder: loom::model::Builder, f: impl Fn() + Sync + Send +
         "model {name}: preemption bound {:?}",
         builder.preemption_bound
     );
+    let start = std::time::Instant::now();
     builder.check(move || {
         mvtensor::loom_new_execution();
         f()
     });
+    say_if_capped(name, builder.max_duration, start.elapsed());
+}
+
+/// CI caps each model's exploration (`LOOM_MAX_DURATION`, see `.ci/run`): loom then stops
+/// quietly after a prefix of the interleavings, so say so where it did.
+fn say_if_capped(name: &str, cap: Option<std::time::Duration>, took: std::time::Duration) {
+    if cap.is_some_and(|cap| took >= cap) {
+        eprintln!(
+            "model {name}: stopped at the LOOM_MAX_DURATION cap ({:.0} s): explored in part",
+            took.as_secs_f64()
+        );
+    }
 }
 
 /// A 0-d i64 variable holding `x`: the scalar payload every model uses.
