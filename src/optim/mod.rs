@@ -205,12 +205,12 @@ impl<A: Element + NdFloat> Optimizer<A> {
                     after = rest;
                     // This part's state block: at most two tensors, no allocation per step.
                     let mut state = State::default();
-                    for _ in 0..per_param {
+                    for k in 0..per_param {
                         let (block, rest) = state_before.split_at(len);
-                        state.before.push(block);
+                        state.before[k] = block;
                         state_before = rest;
                         let (block, rest) = std::mem::take(&mut state_after).split_at_mut(len);
-                        state.after.push(block);
+                        state.after[k] = block;
                         state_after = rest;
                     }
                     apply(Update {
