@@ -37,6 +37,10 @@ pub(crate) struct Plan {
     pub(crate) checkpoint: Duration,
     /// Steps of one run of the wine trainer.
     pub(crate) train_steps: usize,
+    /// Runs of each wine-trainer cell (a run is ~0.1 s: three left one noisy run deciding
+    /// the median; alternated runs of mvtensor and the lock alone took the same CPU time
+    /// while a 3-round report read 0.84x).
+    pub(crate) train_rounds: usize,
     /// One run of one embedding cell (workload 10); `rounds` runs per cell.
     pub(crate) embedding: Duration,
 }
@@ -59,6 +63,7 @@ impl Plan {
             // At least three checkpoint intervals a round, so that every round saves files.
             checkpoint: ms(2000.0).max(3 * CHECKPOINT_ROUNDS * checkpoints::INTERVAL),
             train_steps: (3000.0 * scale) as usize,
+            train_rounds: 7,
             embedding: ms(200.0),
         }
     }
@@ -256,7 +261,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
     let mut train = HashMap::new();
     for threads in TRAIN_THREADS {
         let mut runs: HashMap<TrainVariant, Vec<TrainRun>> = HashMap::new();
-        for round in 0..plan.rounds {
+        for round in 0..plan.train_rounds {
             for variant in rotated(&TrainVariant::ALL, round) {
                 let r = train::run(variant, threads, plan.train_steps, &wines);
                 runs.entry(variant).or_default().push(r);

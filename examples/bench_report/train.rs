@@ -60,9 +60,10 @@ impl Report<'_> {
              TensorFlow's notes recommend), a parking_lot `Mutex` locked to copy and to apply, a \
              parking_lot `RwLock` read-locked for the forward and backward pass and write-locked \
              for Adam; *racy*: no lock at all (parameters and moments in relaxed atomic cells, \
-             each step loads, computes and stores, overwriting concurrent steps). Steps/s (in \
-             brackets each ÷ mvtensor) and the loss over all wines at the end.\n",
-            self.plan.train_steps
+             each step loads, computes and stores, overwriting concurrent steps). Steps/s, the \
+             median of {} runs with the variants alternated (in brackets each ÷ mvtensor), and \
+             the loss over all wines at the end.\n",
+            self.plan.train_steps, self.plan.train_rounds
         );
         let _ = write!(s, "| threads |");
         for v in TrainVariant::ALL {
