@@ -184,7 +184,7 @@ impl<P> Server<P> {
             // in the holder's batch already); one that may park looks on every turn, so that
             // it never parks without having looked since it last woke.
             turn = turn.wrapping_add(1);
-            let look = wait != Wait::Spin || turn % SPIN_LOOKS == 0;
+            let look = wait != Wait::Spin || turn.is_multiple_of(SPIN_LOOKS);
             if look && self.requests.try_lock() {
                 self.hold(ptr::null_mut(), wait, server); // our request is pending: served now
             } else if wait == Wait::Spin {
@@ -228,7 +228,7 @@ impl<P> Server<P> {
             // SAFETY: our own request; its batch is over.
             unsafe { (*mine).outcome.load(Ordering::Relaxed) }
         };
-        for _ in 1..PASSES {
+        for _ in 0..PASSES.saturating_sub(1) {
             if self.requests.looks_empty() {
                 break;
             }
