@@ -1,7 +1,9 @@
 //! Instruction counts (callgrind, through gungraun) of mvtensor's per-operation costs beside
 //! their references: `assign_add` 1K/64K/1M against the add on plain slices and an in-place
-//! parking_lot mutex update, scalar `fetch_update` against a parking_lot `Mutex<i64>`, and
-//! `read()` + drop against a parking_lot `RwLock` read. Unlike time, an instruction count
+//! parking_lot mutex update, scalar `fetch_update`, `fetch_add` and a critical-section
+//! increment against a parking_lot `Mutex<i64>`, `read()` + drop against a parking_lot
+//! `RwLock` read, and an Adam step of the report's optimizer workload (`optim::Optimizer`
+//! over a packed set) against the same step under a parking_lot mutex. Unlike time, an instruction count
 //! does not move with the machine's load, so a regression of a few percent shows.
 //!
 //! ```text
@@ -12,7 +14,7 @@
 //! Every benchmark runs [`OPS`] operations after a warm-up: the counts are per `OPS`
 //! operations, in a steady state. Setup (building the tensors, the warm-up) and teardown
 //! (the fixture is returned, so it is dropped outside the measured function) do not count.
-//! Benchmarks with the same id (`k1`, `k64`, `m1`, `scalar`, `read`) are compared with each
+//! Benchmarks with the same id (`k1`, `k64`, `m1`, `scalar`, `read`, `adam`) are compared with each
 //! other in the output: under mvtensor's figures, "Comparison with kernel k1" shows the
 //! reference's count first and, in brackets, how many times fewer it executes (`-2.98x`:
 //! mvtensor executes 2.98 times the reference's instructions).
@@ -20,8 +22,12 @@
 use std::hint::black_box;
 
 use gungraun::prelude::*;
-use mvtensor::Variable;
+use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::{arr0, ArrayD, Ix0, IxDyn};
+
+#[allow(unused_imports)] // only the optimizer workload is used here
+mod harness;
+use harness::optimizer::{gradients, MvPacked, Optimizer, Plain};
 
 /// Operations per benchmark.
 const OPS: usize = 100;
@@ -155,6 +161,69 @@ fn fetch_add(v: Variable<i64, Ix0>) -> Variable<i64, Ix0> {
     v
 }
 
+fn section_counter() -> (CriticalSection, Variable<i64, Ix0>) {
+    let v = Variable::scalar(0i64);
+    let cs = CriticalSection::builder()
+        .resource(&v)
+        .build()
+        .expect("a fresh variable");
+    for _ in 0..WARM_UP {
+        increment(&cs, &v);
+    }
+    (cs, v)
+}
+
+/// One execution that adds one to the counter's working copy (the report's tiny section).
+fn increment(cs: &CriticalSection, v: &Variable<i64, Ix0>) -> i64 {
+    cs.execute(|tx| {
+        let mut c = tx.write(v)?;
+        c[[]] += 1;
+        Ok::<_, Error>(c[[]] - 1)
+    })
+    .expect("the counter execution cannot fail")
+}
+
+#[library_benchmark]
+#[bench::scalar(setup = section_counter)]
+fn section(
+    (cs, v): (CriticalSection, Variable<i64, Ix0>),
+) -> (CriticalSection, Variable<i64, Ix0>) {
+    for _ in 0..OPS {
+        black_box(increment(black_box(&cs), black_box(&v)));
+    }
+    (cs, v)
+}
+
+/// An optimizer of the report's Adam workload (four tensors, 1,024 f32) and its gradients,
+/// warmed up.
+fn adam<O: Optimizer>() -> (O, Vec<ArrayD<f32>>) {
+    let (o, g) = (O::new(), gradients());
+    for _ in 0..WARM_UP {
+        o.step(&g);
+    }
+    (o, g)
+}
+
+#[library_benchmark]
+#[bench::adam(setup = adam::<parking_lot::Mutex<Plain>>)]
+fn parking_lot_mutex_adam(
+    (o, g): (parking_lot::Mutex<Plain>, Vec<ArrayD<f32>>),
+) -> (parking_lot::Mutex<Plain>, Vec<ArrayD<f32>>) {
+    for _ in 0..OPS {
+        black_box(&o).step(black_box(&g));
+    }
+    (o, g)
+}
+
+#[library_benchmark]
+#[bench::adam(setup = adam::<MvPacked>)]
+fn optimizer_packed((o, g): (MvPacked, Vec<ArrayD<f32>>)) -> (MvPacked, Vec<ArrayD<f32>>) {
+    for _ in 0..OPS {
+        black_box(&o).step(black_box(&g));
+    }
+    (o, g)
+}
+
 fn rwlock_1k() -> parking_lot::RwLock<ArrayD<f32>> {
     let l = parking_lot::RwLock::new(ArrayD::zeros(IxDyn(&[1 << 10])));
     for _ in 0..WARM_UP {
@@ -200,7 +269,7 @@ library_benchmark_group!(
 library_benchmark_group!(
     name = scalar,
     compare_by_id = true,
-    benchmarks = [parking_lot_mutex_i64, fetch_update, fetch_add]
+    benchmarks = [parking_lot_mutex_i64, fetch_update, fetch_add, section]
 );
 
 library_benchmark_group!(
@@ -209,4 +278,10 @@ library_benchmark_group!(
     benchmarks = [parking_lot_rwlock_read, read]
 );
 
-main!(library_benchmark_groups = dense, scalar, reads);
+library_benchmark_group!(
+    name = steps,
+    compare_by_id = true,
+    benchmarks = [parking_lot_mutex_adam, optimizer_packed]
+);
+
+main!(library_benchmark_groups = dense, scalar, reads, steps);
