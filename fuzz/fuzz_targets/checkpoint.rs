@@ -1,7 +1,9 @@
 //! Arbitrary bytes fed to the checkpoint loader (`Store::load_bytes`): it never panics, a
 //! refusal is always `Error::Checkpoint`, and what it accepts agrees with the safetensors
 //! crate's own reading of the same bytes (the reference model): the same names, dtypes,
-//! shapes and element bytes. Seeds: `fuzz/seeds/checkpoint` (valid files of every dtype).
+//! shapes and element bytes. A tensor the metadata marks paged (`mvtensor.paged.<name>`) is
+//! read back through `Store::get_paged`, the rest through `Store::get`. Seeds:
+//! `fuzz/seeds/checkpoint` (valid files of every dtype).
 //!
 //!     cargo +nightly fuzz run checkpoint fuzz/corpus/checkpoint fuzz/seeds/checkpoint
 
@@ -9,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mvtensor::ndarray::IxDyn;
-use mvtensor::{DType, Error, Store};
+use mvtensor::{DType, Error, Store, VariableKind};
 use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 
@@ -34,13 +36,14 @@ fuzz_target!(|data: &[u8]| {
     for info in infos {
         let tensor = reference.tensor(&info.name).unwrap();
         assert_eq!(info.shape, tensor.shape(), "{}", info.name);
+        let name = (info.name.as_str(), info.kind);
         let bytes = match (info.dtype, tensor.dtype()) {
-            (DType::F32, Dtype::F32) => le(&store, &info.name, f32::to_le_bytes),
-            (DType::F64, Dtype::F64) => le(&store, &info.name, f64::to_le_bytes),
-            (DType::I32, Dtype::I32) => le(&store, &info.name, i32::to_le_bytes),
-            (DType::I64, Dtype::I64) => le(&store, &info.name, i64::to_le_bytes),
-            (DType::F16, Dtype::F16) => le(&store, &info.name, mvtensor::half::f16::to_le_bytes),
-            (DType::BF16, Dtype::BF16) => le(&store, &info.name, mvtensor::half::bf16::to_le_bytes),
+            (DType::F32, Dtype::F32) => le(&store, name, f32::to_le_bytes),
+            (DType::F64, Dtype::F64) => le(&store, name, f64::to_le_bytes),
+            (DType::I32, Dtype::I32) => le(&store, name, i32::to_le_bytes),
+            (DType::I64, Dtype::I64) => le(&store, name, i64::to_le_bytes),
+            (DType::F16, Dtype::F16) => le(&store, name, mvtensor::half::f16::to_le_bytes),
+            (DType::BF16, Dtype::BF16) => le(&store, name, mvtensor::half::bf16::to_le_bytes),
             (ours, theirs) => panic!(
                 "`{}`: loaded as {ours}, the file says {theirs:?}",
                 info.name
@@ -53,10 +56,12 @@ fuzz_target!(|data: &[u8]| {
 /// The variable's elements as little-endian bytes, in standard order.
 fn le<A: mvtensor::Element, const N: usize>(
     store: &Store,
-    name: &str,
+    (name, kind): (&str, VariableKind),
     f: fn(A) -> [u8; N],
 ) -> Vec<u8> {
-    let v = store.get::<A, IxDyn>(name).unwrap();
-    let r = v.read();
-    r.iter().flat_map(|&x| f(x)).collect()
+    let elements = match kind {
+        VariableKind::Dense => store.get::<A, IxDyn>(name).unwrap().read().to_owned(),
+        VariableKind::Paged => store.get_paged::<A>(name).unwrap().read().to_array(),
+    };
+    elements.iter().flat_map(|&x| f(x)).collect()
 }
