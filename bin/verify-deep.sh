@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The long versions of CI's checks, for a quiet machine and an hour or more:
-#   the loom models explored in full at preemption bound 2 (CI caps each at 40 s) and at 3,
+#   the loom models explored in full at preemption bound 2 (CI caps each at 30 s) and at 3,
 #   the mutation check, AddressSanitizer and
 #   ThreadSanitizer over every unit and integration test, and each fuzz target for FUZZ_SECONDS
-#   (default an hour; CI gives each 45 s).
+#   (default an hour; CI gives each 30 s).
 #
 #   bin/verify-deep.sh                 # everything
 #   FUZZ_SECONDS=600 bin/verify-deep.sh

@@ -94,7 +94,7 @@ fn store_snapshots_cut_paged_and_dense_writes_consistently() {
     let store = Store::new();
     let count = store.variable("count", arr0(0i64)).unwrap();
     let emb = store.paged("emb", Array2::<i64>::zeros((256, 2))).unwrap();
-    let writes = scaled(300, 20_000) as i64;
+    let writes = scaled(100, 20_000) as i64;
     std::thread::scope(|s| {
         s.spawn(|| {
             for _ in 0..writes {

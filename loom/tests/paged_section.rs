@@ -116,7 +116,7 @@ fn a_store_snapshot_cuts_a_sections_commit_whole() {
 
 /// As above with two executions: the second commits at the first's timestamp unless the
 /// snapshot ticked between them, and then `settle` moves its link past the first table (to
-/// the table the snapshot needs). 289 s at preemption bound 1: CI explores the first 40 s
+/// the table the snapshot needs). 289 s at preemption bound 1: CI explores the first 30 s
 /// of it (`LOOM_MAX_DURATION`), `bin/loom.sh` all of it.
 #[test]
 fn a_store_snapshot_cuts_two_section_commits_whole() {
