@@ -4,8 +4,8 @@
 //!
 //! * a producer thread shuffles the data each epoch and feeds batches through a
 //!   `TensorQueue`, then closes it;
-//! * the four parameter tensors are packed in one variable (`optim::Packed`): one version a
-//!   step for all of them;
+//! * the four parameter tensors and Adam's state are packed in one variable
+//!   (`optim::Packed`, built by the optimizer): one version a step for all of them;
 //! * each trainer dequeues a batch, reads the parameters (one snapshot: every tensor of the
 //!   same step), computes the gradient and applies Adam to every parameter in one execution
 //!   (`optim::Optimizer`);
@@ -37,16 +37,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = data.nrows();
     let store = Arc::new(Store::new());
     let (w1, b1, w2, b2) = init();
-    let model = Packed::builder()
-        .name("mlp")
-        .tensor("w1", &w1)
-        .tensor("b1", &b1)
-        .tensor("w2", &w2)
-        .tensor("b2", &b2)
-        .build()?;
+    // The model and Adam's state (both moments, the step count) in one variable: a step
+    // writes one version, and a checkpoint of it can resume training.
+    let (model, adam) = Optimizer::adam(3e-3).name("adam").build_packed(
+        Packed::builder()
+            .name("mlp")
+            .tensor("w1", &w1)
+            .tensor("b1", &b1)
+            .tensor("w2", &w2)
+            .tensor("b2", &b2),
+    )?;
     store.register(model.variable())?;
-    let adam = Optimizer::adam(3e-3).name("adam").packed(&model).build()?;
-    adam.register_state(&store)?;
     // The model as the forward and backward pass take it: typed views of one snapshot.
     let step_loss = |batch: &ndarray::Array2<f32>| -> mvtensor::Result<_> {
         let p = model.read();

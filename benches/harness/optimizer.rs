@@ -4,7 +4,8 @@
 //! parameters, both moments of each and the step counter as 13 variables; as the crate's
 //! own `optim::Optimizer` (its moments and step count in one variable: 5 in all), which
 //! computes each working copy from the value it replaces (`Txn::rewrite`); and as that
-//! optimizer over the four tensors packed in one variable (`optim::Packed`: 2 in all). The
+//! optimizer over the four tensors packed in one variable with its state (`optim::Packed`
+//! built by `build_packed`: 1 in all). The
 //! hand-written one writes its copies in place. The locks update in place under one guard,
 //! on slices.
 //!
@@ -236,8 +237,8 @@ impl Optimizer for MvOptim {
     }
 }
 
-/// mvtensor's own Adam over a packed set (`optim::Packed`): the four tensors in one
-/// variable, one gradient per tensor; two versions a step (the set and the state).
+/// mvtensor's own Adam over a packed set (`optim::Packed`) built by the optimizer: the four
+/// tensors and Adam's state in one variable, one gradient per tensor; one version a step.
 pub struct MvPacked {
     set: mvtensor::optim::Packed<f32>,
     adam: mvtensor::optim::Optimizer<f32>,
@@ -246,18 +247,14 @@ pub struct MvPacked {
 impl Optimizer for MvPacked {
     const NAME: &'static str = "mvtensor optim::Optimizer, packed";
     fn new() -> Self {
-        let set = (0..SHAPES.len())
-            .fold(mvtensor::optim::Packed::builder(), |set, i| {
-                set.tensor(format!("p{i}"), &initial(i))
-            })
-            .build()
-            .expect("distinct names");
-        let adam = mvtensor::optim::Optimizer::adam(LR)
+        let tensors = (0..SHAPES.len()).fold(mvtensor::optim::Packed::builder(), |set, i| {
+            set.tensor(format!("p{i}"), &initial(i))
+        });
+        let (set, adam) = mvtensor::optim::Optimizer::adam(LR)
             .betas(B1, B2)
             .eps(EPS)
-            .packed(&set)
-            .build()
-            .expect("a fresh variable is unclaimed");
+            .build_packed(tensors)
+            .expect("distinct names, a fresh variable");
         MvPacked { set, adam }
     }
     fn step(&self, grads: &[ArrayD<f32>]) {

@@ -2,8 +2,9 @@
 //! same trainer on locks. Threads take minibatch steps until a fixed number is done; a step
 //! reads the parameters, computes the loss and gradients of 32 wines, and applies Adam.
 //!
-//! * mvtensor: the parameters packed in one variable (`optim::Packed`), read as one
-//!   snapshot, Adam in one execution (`optim::Optimizer`);
+//! * mvtensor: the parameters and Adam's state packed in one variable (`optim::Packed`
+//!   built by `build_packed`), read as one snapshot, Adam in one execution
+//!   (`optim::Optimizer`);
 //! * `Mutex`, whole step: one `std::sync::Mutex` held for the whole step, what TensorFlow's
 //!   thread-safety notes recommend for shared state;
 //! * parking_lot `Mutex`, copy and apply: locked to clone the parameters, then to apply Adam;
@@ -228,17 +229,15 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
     let state = match variant {
         TrainVariant::Mvtensor => {
             let (w1, b1, w2, b2) = init();
-            let model = Packed::builder()
-                .tensor("w1", &w1)
-                .tensor("b1", &b1)
-                .tensor("w2", &w2)
-                .tensor("b2", &b2)
-                .build()
-                .expect("distinct names");
-            let opt = Optimizer::adam(1e-3)
-                .packed(&model)
-                .build()
-                .expect("a fresh variable");
+            let (model, opt) = Optimizer::adam(1e-3)
+                .build_packed(
+                    Packed::builder()
+                        .tensor("w1", &w1)
+                        .tensor("b1", &b1)
+                        .tensor("w2", &w2)
+                        .tensor("b2", &b2),
+                )
+                .expect("distinct names, a fresh variable");
             let params = || {
                 let p = model.read();
                 std::array::from_fn(|i| p.get::<IxDyn>(i).expect("tensor i").to_owned())

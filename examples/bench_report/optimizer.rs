@@ -97,15 +97,15 @@ impl Report<'_> {
                  and square roots eight at a time), and the optimizer computes each working \
                  copy from the value it replaces in that same pass (`Txn::rewrite`: no copy \
                  first). On top of it a step is one execution (a ticket, an epoch pin, the \
-                 batch flag) that takes two pooled versions (the set, and the state holding \
-                 both moments and the step count), installs them under one shared commit \
-                 record and retires the ones they replaced (about ten atomic \
-                 read-modify-writes a version: pool take and return, the record's count, the \
-                 head's CAS, the retirement), and collects and checks the four gradients, \
-                 where the mutex pays two atomics a step (callgrind, AMD EPYC: ~8.3k \
-                 instructions a packed step, of which the Adam pass is ~3.7k, against ~4.6k \
-                 for the mutex's, of which its loop is ~2.8k; ~11.4k as four variables, \
-                 ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
+                 batch flag) that takes one pooled version (the set, with Adam's state after \
+                 its tensors: both moments and the step count, `build_packed`), installs it, \
+                 commits it and retires the one it replaced (about ten atomic \
+                 read-modify-writes: pool take and return, the head's CAS, the retirement), \
+                 and collects and checks the four gradients, where the mutex pays two atomics \
+                 a step (callgrind, AMD EPYC: ~7.0k instructions a packed step, of which the \
+                 Adam pass is ~3.7k, against ~4.6k for the mutex's, of which its loop is \
+                 ~2.8k; ~8.3k with the state in a variable of its own, ~11.4k as four \
+                 variables, ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
                  of a step: with both loops in SSE2 (the build's baseline) the packed step \
                  measured 0.75x the mutex's (1,640 against 1,220 ns, interleaved), and \
                  mvtensor's step in AVX2 (~1,120 ns) is 1.1x as fast as the mutex's loop in \

@@ -1,5 +1,6 @@
 //! Differential fuzz target for optimizers over packed sets: the same tensors as an
-//! `optim::Packed` set and as separate variables, each driven by its own optimizer of the
+//! `optim::Packed` set, as separate variables, and as a mix (a set built by its optimizer,
+//! holding the state, after variables), each driven by its own optimizer of the
 //! same rule, and a sequential model on plain vectors.
 //!
 //! Checked after every op: a step's result (or the exact error) is the model's, for both
@@ -269,27 +270,26 @@ fuzz_target!(|input: Input| {
         .params(&separate)
         .build()
         .expect("unclaimed");
-    // Mixed: plain variables first, then a packed set of the rest (its tensors keep their
-    // global names, so that errors name them as the others do).
+    // Mixed: plain variables first, then a packed set of the rest, built by the optimizer
+    // (its state after the set's tensors: `build_packed`); the set's tensors keep their
+    // global names, so that errors name them as the others do.
     let split = usize::from(input.split) % (inits.len() + 1);
     let mixed_vars: Vec<Variable<f32>> = inits[..split]
         .iter()
         .enumerate()
         .map(|(i, a)| Variable::builder(a.clone()).name(label(i)).build())
         .collect();
-    let mixed_set = inits[split..]
-        .iter()
-        .enumerate()
-        .fold(Packed::builder().name("set"), |b, (i, a)| {
-            b.tensor(format!("t{}", split + i), a)
-        })
-        .build()
-        .expect("distinct names");
-    let mixed = optimizer(input.rule, clip)
+    let (mixed_set, mixed) = optimizer(input.rule, clip)
         .params(&mixed_vars)
-        .packed(&mixed_set)
-        .build()
-        .expect("unclaimed");
+        .build_packed(
+            inits[split..]
+                .iter()
+                .enumerate()
+                .fold(Packed::builder().name("set"), |b, (i, a)| {
+                    b.tensor(format!("t{}", split + i), a)
+                }),
+        )
+        .expect("distinct names, unclaimed");
     let mixed_tensor = |i: usize| -> Vec<f32> {
         if i < split {
             mixed_vars[i].read().iter().copied().collect()

@@ -1,10 +1,10 @@
 //! [`OptimizerBuilder`]: an optimizer's rule, options and parameters.
 
-use ndarray::{Dimension, NdFloat};
+use ndarray::{Dimension, Ix1, NdFloat};
 
 use super::rule::Rule;
 use super::step_count::STEP_LEN;
-use super::{Optimizer, Packed, Part};
+use super::{Optimizer, Packed, PackedBuilder, Part};
 use crate::error::Result;
 use crate::{CriticalSection, Element, Variable};
 
@@ -96,34 +96,105 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// # Errors
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to another section that holds it
     /// exclusively.
-    pub fn build(self) -> Result<Optimizer<A>> {
-        let name = self.name.unwrap_or_else(|| "optimizer".to_owned());
-        let per_param = self.rule.state_per_param();
+    pub fn build(mut self) -> Result<Optimizer<A>> {
+        let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
+        let (shapes, len) = self.state_shape();
+        let state = Variable::builder(ndarray::Array1::<A>::zeros(len))
+            .name(format!("{name}.state"))
+            .build();
+        self.finish(name, shapes, state, None)
+    }
+
+    /// Builds `set` with this optimizer's state stored after its tensors, in the same
+    /// variable, and the optimizer over it (after any parameter added before): a step then
+    /// writes one version for the set and the state instead of two (Adam over a small
+    /// model: one version's install, commit and retirement less a step). The set's
+    /// [`Layout::stored`](super::Layout::stored) is its variable's length; its views,
+    /// gradient buffers and [`Layout::elements`](super::Layout::elements) are about its
+    /// tensors alone.
+    ///
+    /// The set belongs to this optimizer: a [`HogwildSgd`](super::HogwildSgd) over it fails
+    /// with [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) (its gradient is shorter
+    /// than the variable), and a soft update blends the state too. Registering the set's
+    /// variable in a store registers the state with it (and [`Optimizer::register_state`]
+    /// does just that).
+    ///
+    /// ```
+    /// use mvtensor::optim::{Optimizer, Packed};
+    /// use ndarray::{Array1, Array2, Ix2};
+    ///
+    /// let (model, adam) = Optimizer::adam(1e-2f32).build_packed(
+    ///     Packed::builder()
+    ///         .name("mlp")
+    ///         .tensor("w", &Array2::<f32>::ones((3, 2)))
+    ///         .tensor("b", &Array1::<f32>::zeros(2)),
+    /// )?;
+    /// adam.step((&Array2::from_elem((3, 2), 0.5f32), &Array1::from_elem(2, -0.5f32)))?;
+    /// assert_eq!(adam.steps(), 1);
+    /// assert!(model.read().get::<Ix2>(0)?[[0, 0]] < 1.0);
+    /// // The tensors (8 elements), then both moments of each (16) and the step count (2).
+    /// assert_eq!((model.layout().elements(), model.layout().stored()), (8, 26));
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`PackedBuilder::build`](super::PackedBuilder::build) and [`build`](Self::build).
+    pub fn build_packed(mut self, set: PackedBuilder<A>) -> Result<(Packed<A>, Optimizer<A>)> {
+        let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
+        // The set's tensors, as `packed` adds them, to size the state: a throwaway layout.
+        let sizing = set.layout_only()?;
+        let param = self.params.len();
+        self.parts
+            .extend(sizing.tensors().enumerate().map(|(i, (_, shape, _))| Part {
+                param,
+                shape: shape.to_vec(),
+                label: Some(sizing.label(i)),
+            }));
+        let (mut shapes, len) = self.state_shape();
+        let set = set.build_with_tail(len)?;
+        self.params.push(set.variable().erased().clone());
+        shapes.push(set.variable().shape());
+        let state = set.variable().clone();
+        let optimizer = self.finish(name, shapes, state, Some((param, sizing.elements())))?;
+        Ok((set, optimizer))
+    }
+
+    /// Each parameter's shape now, and the state's length; fits the parts of plain
+    /// parameters to their shapes.
+    fn state_shape(&mut self) -> (Vec<Vec<usize>>, usize) {
         let shapes: Vec<Vec<usize>> = self.params.iter().map(Variable::shape).collect();
-        let mut parts = self.parts;
-        for part in parts.iter_mut().filter(|part| part.label.is_none()) {
+        for part in self.parts.iter_mut().filter(|part| part.label.is_none()) {
             // A parameter of a dynamic shape may have changed since it was added: its
             // gradients and state fit the shape it has now, which each step checks.
             part.shape.clone_from(&shapes[part.param]);
         }
         let elements = |part: &Part| part.shape.iter().product::<usize>();
-        let len = per_param * parts.iter().map(elements).sum::<usize>();
-        let state = Variable::builder(ndarray::Array1::<A>::zeros(len + STEP_LEN))
-            .name(format!("{name}.state"))
-            .build();
-        let section = CriticalSection::builder()
+        let len = self.rule.state_per_param() * self.parts.iter().map(elements).sum::<usize>();
+        (shapes, len + STEP_LEN)
+    }
+
+    fn finish(
+        self,
+        name: String,
+        shapes: Vec<Vec<usize>>,
+        state: Variable<A, Ix1>,
+        state_in: Option<(usize, usize)>,
+    ) -> Result<Optimizer<A>> {
+        let mut section = CriticalSection::builder()
             .name(name)
-            .resources(&self.params)
-            .resource(&state)
-            .build()?;
+            .resources(&self.params);
+        if state_in.is_none() {
+            section = section.resource(&state);
+        }
         Ok(Optimizer {
             rule: self.rule,
             clip: self.clip,
             params: self.params,
             shapes,
-            parts,
+            parts: self.parts,
             state,
-            section,
+            state_in,
+            section: section.build()?,
         })
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! An [`Optimizer`] owns its state as one variable of its own (every momentum buffer or
 //! Adam moment, and the step count) and one [`CriticalSection`] over the parameters and
-//! that state.
+//! that state; or, built with [`build_packed`](OptimizerBuilder::build_packed), keeps the
+//! state after the tensors of a [`Packed`] set, so that a step writes one version for both.
 //! A step from any thread is one execution: steps are serial, in arrival order, and a
 //! reader (a `read_all` of the parameters, a store snapshot, a checkpoint) sees every
 //! parameter and moment of one step or of the next, never a mix. Steps that arrive together
@@ -86,8 +87,12 @@ pub struct Optimizer<A: Element> {
     /// in order).
     parts: Vec<Part>,
     /// Every parameter's momentum buffer, or Adam's two moments, and the step count, in one
-    /// variable: one version per step for all of them, not one per tensor.
+    /// variable: one version per step for all of them, not one per tensor. Its own, or a
+    /// packed set's ([`OptimizerBuilder::build_packed`]).
     state: Variable<A, Ix1>,
+    /// Where the state lives in a packed set's variable: the set's parameter index and its
+    /// tensors' elements, which come first. `None`: in a variable of its own.
+    state_in: Option<(usize, usize)>,
     section: CriticalSection,
 }
 
@@ -145,6 +150,10 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// each in the parameter's standard (row-major) order. The last two elements are the steps so far, `lo + hi * 2^24`
     /// (both whole numbers below 2^24, so that an `f32` holds them exactly).
     ///
+    /// An optimizer built with [`build_packed`](OptimizerBuilder::build_packed) keeps it
+    /// after the set's tensors instead, in the set's variable: registering that variable
+    /// registers the state, and this registers it unless it is registered already.
+    ///
     /// One variable for all of it, not one per tensor, because every step writes all of
     /// it: each variable an execution writes costs a version (a pooled buffer, an install,
     /// a commit and a retirement: ~1,000 instructions), and Adam over four tensors wrote
@@ -154,7 +163,18 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// # Errors
     /// [`Error::NameTaken`] if the name is in use.
     pub fn register_state(&self, store: &Store) -> Result<()> {
-        store.register(&self.state)
+        match store.register(&self.state) {
+            // The state lives in a packed set whose variable is registered already.
+            Err(Error::NameTaken { .. })
+                if self.state_in.is_some()
+                    && store
+                        .get::<A, Ix1>(self.state.name())
+                        .is_ok_and(|v| v.inner.id == self.state.inner.id) =>
+            {
+                Ok(())
+            }
+            done => done,
+        }
     }
 
     /// Applies one step with `grads`, one per parameter in the order they were added (one
@@ -176,6 +196,12 @@ impl<A: Element + NdFloat> Optimizer<A> {
             let mut state = tx.rewrite(&self.state)?;
             let (state_before, state_after) = state.split();
             let (state_before, state_after) = (standard(state_before), standard_mut(state_after));
+            // In a packed set the set's tensors come first, and the step writes them from
+            // this same working copy (one version for both).
+            let (set, at) = self.state_in.unzip();
+            let (set_before, state_before) = state_before.split_at(at.unwrap_or(0));
+            let (set_after, state_after) = state_after.split_at_mut(at.unwrap_or(0));
+            let mut set_values = Some((set_before, set_after));
             let at = state_before.len() - STEP_LEN; // the state's shape is fixed
             let (mut state_before, step_before) = state_before.split_at(at);
             let (mut state_after, step_after) = state_after.split_at_mut(at);
@@ -190,13 +216,19 @@ impl<A: Element + NdFloat> Optimizer<A> {
             let bias = self.rule.bias_correction(t);
             let mut parts = self.parts.iter().zip(&grads).peekable();
             for (i, param) in self.params.iter().enumerate() {
-                let mut p = tx.rewrite(param)?;
-                let (before, after) = p.split();
-                // The state fits the shape at build time (a parameter built with a dynamic
-                // shape may have changed since). A misfit fails the execution, which rolls
-                // back every write before it.
-                check_shape(param.name(), &self.shapes[i], before.shape())?;
-                let (mut before, mut after) = (standard(before), standard_mut(after));
+                let mut p;
+                let (mut before, mut after) = match set_values.take_if(|_| set == Some(i)) {
+                    Some(values) => values,
+                    None => {
+                        p = tx.rewrite(param)?;
+                        let (before, after) = p.split();
+                        // The state fits the shape at build time (a parameter built with a
+                        // dynamic shape may have changed since). A misfit fails the
+                        // execution, which rolls back every write before it.
+                        check_shape(param.name(), &self.shapes[i], before.shape())?;
+                        (standard(before), standard_mut(after))
+                    }
+                };
                 while let Some((_, (_, g))) = parts.next_if(|(part, _)| part.param == i) {
                     let len = g.len(); // the part's, checked before the execution
                     let (p_before, rest) = before.split_at(len);

@@ -14,6 +14,11 @@
 //! The trade-off: a write to one tensor of the set copies the whole set (the version is
 //! one), so pack what is written together, and keep a large embedding table, updated a few
 //! rows at a time, in a variable (or a paged one) of its own.
+//!
+//! A set built by its optimizer ([`OptimizerBuilder::build_packed`](super::OptimizerBuilder::build_packed))
+//! also holds the optimizer's state (moments, step count) after its tensors, so that a step
+//! writes one version instead of two: the tensors' elements come first, and views, gradient
+//! buffers and [`Layout::elements`] are about them alone.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -35,6 +40,9 @@ pub struct Layout {
     name: String,
     tensors: Vec<Tensor>,
     elements: usize,
+    /// The variable's length: `elements`, and an optimizer's state after them in a set built
+    /// by its optimizer.
+    stored: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +74,17 @@ impl Layout {
         self.tensors.is_empty()
     }
 
-    /// Elements in all: the variable's length.
+    /// Elements of all the tensors: the variable's length, unless the set also holds its
+    /// optimizer's state (see [`stored`](Self::stored)).
     pub fn elements(&self) -> usize {
         self.elements
+    }
+
+    /// The variable's length: [`elements`](Self::elements), then the optimizer's state in a
+    /// set built by its optimizer
+    /// ([`OptimizerBuilder::build_packed`](super::OptimizerBuilder::build_packed)).
+    pub fn stored(&self) -> usize {
+        self.stored
     }
 
     /// The position of the tensor named `name`.
@@ -96,11 +112,12 @@ impl Layout {
         ndarray::Array1::from_elem(self.elements, A::default())
     }
 
-    /// Tensor `i` of `flat` (the set's elements) as an array of dimension `D`.
+    /// Tensor `i` of `flat` (the set's elements, or the whole variable) as an array of
+    /// dimension `D`.
     ///
     /// # Errors
     /// [`Error::NoSuchTensor`] if there is no tensor `i`; [`Error::ShapeMismatch`] if
-    /// `flat` is not as long as the set; [`Error::RankMismatch`] if `D` is not the tensor's
+    /// `flat` is neither [`elements`](Self::elements) nor [`stored`](Self::stored) long; [`Error::RankMismatch`] if `D` is not the tensor's
     /// rank (`IxDyn` fits any).
     pub fn view<'a, D: Dimension, A>(
         &self,
@@ -127,7 +144,8 @@ impl Layout {
     /// with `into_dimensionality`).
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] if `flat` is not as long as the set.
+    /// [`Error::ShapeMismatch`] if `flat` is neither [`elements`](Self::elements) nor
+    /// [`stored`](Self::stored) long.
     pub fn split_mut<'a, A>(&self, mut flat: &'a mut [A]) -> Result<Vec<ArrayViewMutD<'a, A>>> {
         self.check_len(flat.len())?;
         let mut views = Vec::with_capacity(self.tensors.len());
@@ -146,7 +164,7 @@ impl Layout {
     }
 
     fn check_len(&self, len: usize) -> Result<()> {
-        if len == self.elements {
+        if len == self.elements || len == self.stored {
             return Ok(());
         }
         Err(Error::ShapeMismatch {
@@ -276,7 +294,30 @@ impl<A: Element> PackedBuilder<A> {
     /// # Errors
     /// [`Error::NameTaken`] if two tensors have the same name.
     pub fn build(self) -> Result<Packed<A>> {
-        let name = self.name.unwrap_or_else(|| "packed".to_owned());
+        self.build_with_tail(0)
+    }
+
+    /// Creates the variable with `tail` more elements (zeros) after the tensors: an
+    /// optimizer's state.
+    pub(super) fn build_with_tail(mut self, tail: usize) -> Result<Packed<A>> {
+        let mut layout = self.layout_only()?;
+        layout.stored += tail;
+        self.data.resize(layout.stored, A::default());
+        let variable = Variable::builder(ndarray::Array1::from_vec(self.data))
+            .name(layout.name.clone())
+            .build();
+        Ok(Packed {
+            variable,
+            layout: Arc::new(layout),
+        })
+    }
+
+    /// The set's layout (its variable holding the tensors alone).
+    ///
+    /// # Errors
+    /// As for [`build`](Self::build).
+    pub(super) fn layout_only(&self) -> Result<Layout> {
+        let name = self.name.clone().unwrap_or_else(|| "packed".to_owned());
         for (i, tensor) in self.tensors.iter().enumerate() {
             if self.tensors[..i].iter().any(|t| t.name == tensor.name) {
                 return Err(Error::NameTaken {
@@ -286,17 +327,11 @@ impl<A: Element> PackedBuilder<A> {
                 });
             }
         }
-        let layout = Layout {
-            name: name.clone(),
-            tensors: self.tensors,
+        Ok(Layout {
+            name,
+            tensors: self.tensors.clone(),
             elements: self.data.len(),
-        };
-        let variable = Variable::builder(ndarray::Array1::from_vec(self.data))
-            .name(name)
-            .build();
-        Ok(Packed {
-            variable,
-            layout: Arc::new(layout),
+            stored: self.data.len(),
         })
     }
 }

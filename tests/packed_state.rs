@@ -1,0 +1,181 @@
+//! A packed set built by its optimizer (`OptimizerBuilder::build_packed`): the optimizer's
+//! state after the set's tensors, in the same variable, one version a step for both.
+
+use mvtensor::optim::{HogwildSgd, Optimizer, OptimizerBuilder, Packed, PackedBuilder};
+use mvtensor::{Error, Store, Variable};
+use ndarray::{Array1, Array2, Ix1, Ix2};
+
+fn tensors(w: &Array2<f32>, b: &Array1<f32>) -> PackedBuilder<f32> {
+    Packed::builder().name("mlp").tensor("w", w).tensor("b", b)
+}
+
+/// The step count at the end of a state (two floats: `lo + hi * 2^24`).
+fn steps_in(state: &[f32]) -> f32 {
+    let [lo, hi] = state[state.len() - 2..] else {
+        unreachable!("two elements")
+    };
+    lo + hi * (1 << 24) as f32
+}
+
+/// With a parameter of its own before the set, twenty AdamW steps with clipping: the same
+/// parameters and the same state, bit for bit, as the optimizer whose state is apart.
+#[test]
+fn a_set_holding_its_state_steps_as_the_one_with_its_state_apart() {
+    let w0 = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - j as f32) / 5.0);
+    let b0 = Array1::from(vec![0.5f32, -0.25, 1.0]);
+    let e0 = Array1::from(vec![0.1f32, 0.2]);
+    let options = |o: OptimizerBuilder<f32>| o.betas(0.8, 0.99).clip_global_norm(3.0).name("opt");
+    let (e1, e2) = (Variable::new(e0.clone()), Variable::new(e0));
+    let (fused_set, fused) = options(Optimizer::adamw(1e-2, 0.05).param(&e1))
+        .build_packed(tensors(&w0, &b0))
+        .unwrap();
+    let apart_set = tensors(&w0, &b0).build().unwrap();
+    let apart = options(Optimizer::adamw(1e-2, 0.05).param(&e2))
+        .packed(&apart_set)
+        .build()
+        .unwrap();
+    for k in 0..20 {
+        let ge = Array1::from_shape_fn(2, |i| (i + k) as f32 - 1.5);
+        let gw = Array2::from_shape_fn((4, 3), |(i, j)| ((i + j + k) % 5) as f32 - 2.0);
+        let gb = Array1::from_shape_fn(3, |i| (i + k) as f32 * 0.3);
+        assert_eq!(fused.step((&ge, &gw, &gb)).unwrap(), k as i64 + 1);
+        apart.step((&ge, &gw, &gb)).unwrap();
+    }
+    assert_eq!((fused.steps(), apart.steps()), (20, 20));
+    let (got, want) = (fused_set.read(), apart_set.read());
+    same(
+        got.get::<Ix2>(0).unwrap().as_slice(),
+        want.get::<Ix2>(0).unwrap().as_slice(),
+    );
+    same(
+        got.get::<Ix1>(1).unwrap().as_slice(),
+        want.get::<Ix1>(1).unwrap().as_slice(),
+    );
+    same(e1.read().as_slice(), e2.read().as_slice());
+    // The state after the tensors is the other optimizer's state variable.
+    let store = Store::new();
+    apart.register_state(&store).unwrap();
+    let state = store.get::<f32, Ix1>("opt.state").unwrap().read();
+    let layout = fused_set.layout();
+    let all = got.snapshot();
+    assert_eq!((layout.elements(), layout.stored()), (15, 15 + state.len()));
+    same(
+        all.as_slice().unwrap().get(layout.elements()..),
+        state.as_slice(),
+    );
+}
+
+/// Bit for bit; under miri, whose `powi` is nondeterministic in its last bits, to a
+/// relative 1e-4.
+fn same(got: Option<&[f32]>, want: Option<&[f32]>) {
+    let (got, want) = (
+        got.expect("standard layout"),
+        want.expect("standard layout"),
+    );
+    assert_eq!(got.len(), want.len());
+    if cfg!(miri) {
+        let close = got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
+        assert!(close, "{got:?} != {want:?}");
+    } else {
+        assert_eq!(got, want);
+    }
+}
+
+/// One version a step, one variable in the store: registering the set registers the state,
+/// and `register_state` then finds it there.
+#[test]
+fn one_version_a_step_and_one_tensor_to_checkpoint() {
+    let (set, adam) = Optimizer::adam(0.1)
+        .name("opt")
+        .build_packed(tensors(&Array2::ones((2, 2)), &Array1::ones(2)))
+        .unwrap();
+    let store = Store::new();
+    store.register(set.variable()).unwrap();
+    adam.register_state(&store).unwrap();
+    for _ in 0..3 {
+        adam.step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2)))
+            .unwrap();
+    }
+    assert_eq!(set.variable().version(), 3, "one version a step");
+    let snapshot = store.snapshot();
+    let names: Vec<_> = snapshot.iter().map(|e| e.name().to_owned()).collect();
+    assert_eq!(names, ["mlp"]);
+    // The tensors (6), both moments of each (12), the step count (2).
+    let all = snapshot.get::<f32, Ix1>("mlp").unwrap();
+    assert_eq!(all.len(), 6 + 12 + 2);
+    assert_eq!(steps_in(all.as_slice().unwrap()), 3.0);
+    // The layout's views take the whole variable as well as the tensors' elements alone.
+    let w = set
+        .layout()
+        .view::<Ix2, _>(0, all.as_slice().unwrap())
+        .unwrap();
+    assert!(w.iter().all(|&x| x < 1.0));
+    // Without the set registered, `register_state` registers it.
+    let other = Store::new();
+    adam.register_state(&other).unwrap();
+    assert!(other.contains("mlp"));
+}
+
+/// Steps from several threads while a reader looks: every tensor and the step count of one
+/// version come from the same step.
+#[test]
+fn readers_see_the_tensors_and_the_step_count_of_one_step() {
+    let (threads, steps) = if cfg!(miri) { (2, 5) } else { (3, 300) };
+    let (set, sgd) = Optimizer::sgd(1.0)
+        .build_packed(tensors(&Array2::zeros((8, 8)), &Array1::zeros(8)))
+        .unwrap();
+    let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    sgd.step((&gw, &gb)).unwrap();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        s.spawn(|| {
+            let mut seen = 0.0f32;
+            while done.load(std::sync::atomic::Ordering::SeqCst) < threads {
+                let params = set.read();
+                let k = steps_in(params.snapshot().as_slice().unwrap());
+                let (w, b) = (params.get::<Ix2>(0).unwrap(), params.get::<Ix1>(1).unwrap());
+                assert!(w.iter().chain(b.iter()).all(|&x| x == -k), "a mix of steps");
+                assert!(k >= seen, "a later read went back in time");
+                seen = k;
+            }
+        });
+    });
+    assert_eq!(sgd.steps(), (threads * steps) as i64);
+}
+
+/// The set belongs to its optimizer: Hogwild's gradient does not cover the state, so its
+/// step is refused whole.
+#[test]
+fn hogwild_over_a_set_holding_state_is_refused_and_applies_nothing() {
+    let (set, _adam) = Optimizer::adam(0.1)
+        .build_packed(tensors(&Array2::zeros((2, 2)), &Array1::zeros(2)))
+        .unwrap();
+    let hogwild = HogwildSgd::new(1.0).packed(&set);
+    let err = hogwild
+        .step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2)))
+        .unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "mlp"));
+    assert_eq!(set.variable().version(), 0, "nothing applied");
+}
+
+#[test]
+fn two_tensors_of_one_name_are_refused() {
+    let err = Optimizer::<f32>::adam(0.1)
+        .build_packed(
+            Packed::builder()
+                .tensor("w", &Array1::zeros(2))
+                .tensor("w", &Array1::zeros(3)),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::NameTaken { ref name, .. } if name == "packed.w"));
+}
