@@ -205,14 +205,29 @@ const WHY: &str = r#"
   13 versions (~19.1k instructions per step against ~4.6k for the same step on plain
   arrays, the mutex's body, both with the Adam loop in AVX2); the crate's optimizer keeps all
   moments and the step count in one variable, computes each working copy from the value it
-  replaces (`Txn::rewrite`: no copy first) and pays for 5 versions (~11.4k), or 2 with the
-  parameters packed in one variable (`optim::Packed`: ~8.3k, of which the Adam pass is
-  ~3.7k).
+  replaces (`Txn::rewrite`: no copy first) and pays for 5 versions (~11.4k), 2 with the
+  parameters packed in one variable (`optim::Packed`: ~8.3k), or 1 with the state in the
+  packed set too (`build_packed`: ~7.0k, of which the Adam pass is ~3.7k).
   Under contention, executions that arrive together run as one batch on the thread that
   holds the section and commit once, which removes the hand-offs of a strict FIFO queue
   (before batches, 8 threads on 2 cores managed ~170 k executions/s, every hand-off waiting
   for the scheduler), but an unfair mutex still lets the running thread re-acquire with no
   hand-off at all.
+* **A trainer step on two cores moves the tensor between them.** In the trainer step
+  (read, gradient, `assign_add`) every thread reads the version another core just wrote and
+  writes one the other core read, so with threads on both cores each step carries the
+  tensor across: at 64K, two threads on two cores made ~33 k steps/s, the same two threads
+  pinned to one core (`taskset -c 0`) ~57 k, as one thread alone (2026-11-26, 1 s runs,
+  alternated). A lock held for the whole step serialises the steps and lets the thread
+  that holds it take it back while the others sleep, so the tensor mostly stays in one
+  core's cache; mvtensor's parallel reads pay off when the gradient costs more than moving
+  the tensor (the wine trainer, workload 9, where the two are level), not here, where the
+  gradient is one pass like the add. This machine also has spells of a second or so in
+  which mvtensor's 4-thread 64K step runs ~4x slower (~13 k steps/s instead of ~49 k, CPU
+  still busy) while a mutex measured in the windows between keeps its ~60 k: 21 of 279
+  windows of 200 ms in one two-minute run, and at the same moments in separate processes, so
+  it comes from the machine (a virtual one), not from state inside the process; a cell
+  measured in such a spell reads ~0.2x.
 * **Reads that do real work hide the lock.** Readers here sum the whole snapshot. For 64K
   and 1M elements the sum dwarfs the cost of an RwLock's read lock, readers of an RwLock
   also run in parallel, and writes are rare, so the RwLocks keep up. mvtensor's wait-free
