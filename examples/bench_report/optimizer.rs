@@ -106,20 +106,21 @@ impl Report<'_> {
                  Adam pass is ~3.7k, against ~4.6k for the mutex's, of which its loop is \
                  ~2.8k; ~8.3k with the state in a variable of its own, ~11.4k as four \
                  variables, ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
-                 of a step: with both loops in SSE2 (the build's baseline) the packed step \
-                 measured 0.75x the mutex's (1,640 against 1,220 ns, interleaved), and \
-                 mvtensor's step in AVX2 (~1,120 ns) is 1.1x as fast as the mutex's loop in \
-                 SSE2, which is what a hand-written loop gets from a default build. \
-                 With more threads than cores the gap is fairness: a section serves callers \
-                 in arrival order (its contract), so most steps are run by another thread's \
-                 batch and end with waking their caller, where a mutex lets the unlocking \
-                 thread take the lock straight back (barging) while the others sleep \
-                 (`perf stat`, 4 threads, 400k steps: 1.4 context switches a step against \
-                 0.02-0.08 under std's Mutex; perf: 18% of samples in the scheduler, the \
-                 Adam pass 20%). What would close it: an execution and a commit record \
-                 cheaper per version (a record without a count per version, retirement \
-                 without crossbeam's per-batch flush); the order of the section is the \
-                 contract.",
+                 of a step: with both loops in SSE2 (the build's baseline) the packed step, \
+                 its state then in a variable of its own, measured 0.75x the mutex's (1,640 \
+                 against 1,220 ns, interleaved), where a hand-written loop gets SSE2 from a \
+                 default build. What is left at one thread is that fixed cost, ~3.2k \
+                 instructions a step against the mutex's ~1.7k (callgrind): collecting and \
+                 checking the four gradients ~0.9k, the execution and the version's \
+                 install, commit and retirement ~1.1k, the rewrite, the bias corrections \
+                 (`powi`) and the shape checks inside the step ~1.2k; none is large alone. \
+                 With more threads than cores a section serves callers in arrival order \
+                 (its contract), so most steps are run by another thread's batch and end \
+                 with waking their caller, where a mutex lets the unlocking thread take the \
+                 lock straight back (barging) while the others sleep (`perf stat`, 4 \
+                 threads, 400k steps, state apart: 1.4 context switches a step against \
+                 0.02-0.08 under std's Mutex): what a thread count loses beyond the \
+                 one-thread cost is that.",
                 worst.1,
                 worst.0,
                 latency(ns(self.optimizer(1, OptimizerVariant::MvPacked))),
