@@ -5,6 +5,8 @@ use mvtensor::optim::{HogwildSgd, Optimizer, Packed, Replicas};
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, ArrayViewMutD, Ix1, Ix2, IxDyn};
 
+mod common;
+
 fn model(w: &Array2<f32>, b: &Array1<f32>) -> Packed<f32> {
     Packed::builder()
         .name("mlp")
@@ -135,19 +137,11 @@ fn a_packed_adam_equals_one_over_separate_variables() {
     same(&params.get::<Ix1>(1).unwrap(), &b.read());
 }
 
-/// Bit for bit; under miri, whose `powi` is nondeterministic in its last bits (so two
-/// optimizers' bias corrections differ), to a relative 1e-4.
+/// Bit for bit (to a relative 1e-4 under miri: `common::same_floats`).
 fn same<D: ndarray::Dimension>(got: &ndarray::ArrayRef<f32, D>, want: &ndarray::ArrayRef<f32, D>) {
     assert_eq!(got.shape(), want.shape());
-    if cfg!(miri) {
-        let close = got
-            .iter()
-            .zip(want)
-            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
-        assert!(close, "{got:?} != {want:?}");
-    } else {
-        assert_eq!(got, want);
-    }
+    let (got, want) = (got.as_slice(), want.as_slice());
+    common::same_floats(got.expect("standard"), want.expect("standard"));
 }
 
 #[test]
@@ -179,42 +173,57 @@ fn a_misfit_gradient_names_its_tensor_and_applies_nothing() {
 }
 
 /// Steps from several threads while readers look: a reader sees every tensor of one step,
-/// never `w` after a step and `b` before it.
+/// never `w` after a step and `b` before it; in a set that holds its optimizer's state
+/// (`build_packed`), the step count of that step too.
 #[test]
 fn readers_see_every_tensor_of_one_step() {
     let (threads, steps) = if cfg!(miri) { (2, 5) } else { (3, 400) };
-    let set = model(&Array2::zeros((8, 8)), &Array1::zeros(8));
-    let sgd = Optimizer::sgd(1.0).packed(&set).build().unwrap();
-    let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..steps {
-                    sgd.step((&gw, &gb)).unwrap();
-                }
-                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            });
-        }
-        s.spawn(|| {
-            let mut seen = 0.0f32;
-            while done.load(std::sync::atomic::Ordering::SeqCst) < threads {
+    for state_in_set in [false, true] {
+        let tensors = || {
+            Packed::builder()
+                .name("mlp")
+                .tensor("w", &Array2::<f32>::zeros((8, 8)))
+                .tensor("b", &Array1::<f32>::zeros(8))
+        };
+        let (set, sgd) = if state_in_set {
+            Optimizer::sgd(1.0).build_packed(tensors()).unwrap()
+        } else {
+            let set = tensors().build().unwrap();
+            let sgd = Optimizer::sgd(1.0).packed(&set).build().unwrap();
+            (set, sgd)
+        };
+        let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
+        let mut seen = 0.0f32;
+        common::steps_while_looking(
+            threads,
+            steps,
+            || {
+                sgd.step((&gw, &gb)).unwrap();
+            },
+            || {
                 let params = set.read();
                 let (w, b) = (params.get::<Ix2>(0).unwrap(), params.get::<Ix1>(1).unwrap());
                 let k = -b[0]; // steps so far in this version
-                assert!(w.iter().chain(b.iter()).all(|&x| x == -k), "a mix of steps");
-                assert!(k >= seen, "a later read went back in time");
-                seen = k;
-            }
-        });
-    });
-    let total = (threads * steps) as f32;
-    assert!(set
-        .read()
-        .get::<Ix1>(1)
-        .unwrap()
-        .iter()
-        .all(|&x| x == -total));
+                if state_in_set {
+                    // The step count, last: `lo + hi * 2^24`.
+                    let all = params.snapshot().as_slice().unwrap();
+                    let [lo, hi] = all[all.len() - 2..] else {
+                        unreachable!("two elements")
+                    };
+                    assert_eq!(lo + hi * (1 << 24) as f32, k, "the state of another step");
+                }
+                common::one_step(w.iter().chain(b.iter()), k, &mut seen);
+            },
+        );
+        assert_eq!(sgd.steps(), (threads * steps) as i64);
+        let total = (threads * steps) as f32;
+        assert!(set
+            .read()
+            .get::<Ix1>(1)
+            .unwrap()
+            .iter()
+            .all(|&x| x == -total));
+    }
 }
 
 #[test]

@@ -5,6 +5,8 @@ use mvtensor::optim::{HogwildSgd, Optimizer, OptimizerBuilder, Packed, PackedBui
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, Ix1, Ix2};
 
+mod common;
+
 fn tensors(w: &Array2<f32>, b: &Array1<f32>) -> PackedBuilder<f32> {
     Packed::builder().name("mlp").tensor("w", w).tensor("b", b)
 }
@@ -65,23 +67,12 @@ fn a_set_holding_its_state_steps_as_the_one_with_its_state_apart() {
     );
 }
 
-/// Bit for bit; under miri, whose `powi` is nondeterministic in its last bits, to a
-/// relative 1e-4.
+/// Bit for bit (to a relative 1e-4 under miri: `common::same_floats`).
 fn same(got: Option<&[f32]>, want: Option<&[f32]>) {
-    let (got, want) = (
+    common::same_floats(
         got.expect("standard layout"),
         want.expect("standard layout"),
     );
-    assert_eq!(got.len(), want.len());
-    if cfg!(miri) {
-        let close = got
-            .iter()
-            .zip(want)
-            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
-        assert!(close, "{got:?} != {want:?}");
-    } else {
-        assert_eq!(got, want);
-    }
 }
 
 /// One version a step, one variable in the store: registering the set registers the state,
@@ -117,40 +108,6 @@ fn one_version_a_step_and_one_tensor_to_checkpoint() {
     let other = Store::new();
     adam.register_state(&other).unwrap();
     assert!(other.contains("mlp"));
-}
-
-/// Steps from several threads while a reader looks: every tensor and the step count of one
-/// version come from the same step.
-#[test]
-fn readers_see_the_tensors_and_the_step_count_of_one_step() {
-    let (threads, steps) = if cfg!(miri) { (2, 5) } else { (3, 300) };
-    let (set, sgd) = Optimizer::sgd(1.0)
-        .build_packed(tensors(&Array2::zeros((8, 8)), &Array1::zeros(8)))
-        .unwrap();
-    let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..steps {
-                    sgd.step((&gw, &gb)).unwrap();
-                }
-                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            });
-        }
-        s.spawn(|| {
-            let mut seen = 0.0f32;
-            while done.load(std::sync::atomic::Ordering::SeqCst) < threads {
-                let params = set.read();
-                let k = steps_in(params.snapshot().as_slice().unwrap());
-                let (w, b) = (params.get::<Ix2>(0).unwrap(), params.get::<Ix1>(1).unwrap());
-                assert!(w.iter().chain(b.iter()).all(|&x| x == -k), "a mix of steps");
-                assert!(k >= seen, "a later read went back in time");
-                seen = k;
-            }
-        });
-    });
-    assert_eq!(sgd.steps(), (threads * steps) as i64);
 }
 
 /// The set belongs to its optimizer: Hogwild's gradient does not cover the state, so its

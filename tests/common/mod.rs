@@ -68,3 +68,56 @@ pub fn table_and_counter<A: mvtensor::Element>(
         .build()
         .expect("fresh variables")
 }
+
+/// The same floats bit for bit; under miri, whose `powi` is nondeterministic in its last
+/// bits (so two optimizers' bias corrections differ), to a relative 1e-4.
+#[allow(dead_code)] // not every test file compares optimizers
+pub fn same_floats(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    if cfg!(miri) {
+        let close = got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= 1e-4 * w.abs().max(1.0));
+        assert!(close, "{got:?} != {want:?}");
+    } else {
+        assert_eq!(got, want);
+    }
+}
+
+/// Runs `step` `steps` times on each of `threads` threads while one more thread calls
+/// `look` until they are all done.
+#[allow(dead_code)] // not every test file races steps against a reader
+pub fn steps_while_looking(
+    threads: usize,
+    steps: usize,
+    step: impl Fn() + Sync,
+    mut look: impl FnMut() + Send,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    step();
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        s.spawn(|| {
+            while done.load(Ordering::SeqCst) < threads {
+                look();
+            }
+        });
+    });
+}
+
+/// A reader's check after SGD steps of gradient one and rate one: every value it saw is
+/// `-k`, `k` steps' worth (not a mix of steps), and `k` is not below what it saw before.
+#[allow(dead_code)] // not every test file races steps against a reader
+pub fn one_step<'a>(values: impl IntoIterator<Item = &'a f32>, k: f32, seen: &mut f32) {
+    assert!(values.into_iter().all(|&x| x == -k), "a mix of steps");
+    assert!(k >= *seen, "a later read went back in time");
+    *seen = k;
+}
