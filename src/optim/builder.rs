@@ -84,7 +84,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     }
 
     /// Names the optimizer: its section and its state variable (`<name>.state`) are named
-    /// after it.
+    /// after it (with [`build_packed`](Self::build_packed) the state is in the set, which
+    /// keeps its own name).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
