@@ -1,7 +1,7 @@
 //! A packed set built by its optimizer (`OptimizerBuilder::build_packed`): the optimizer's
 //! state after the set's tensors, in the same variable, one version a step for both.
 
-use mvtensor::optim::{HogwildSgd, Optimizer, OptimizerBuilder, Packed, PackedBuilder};
+use mvtensor::optim::{HogwildSgd, Optimizer, OptimizerBuilder, Packed, PackedBuilder, SoftUpdate};
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, Ix1, Ix2};
 
@@ -104,25 +104,125 @@ fn one_version_a_step_and_one_tensor_to_checkpoint() {
         .view::<Ix2, _>(0, all.as_slice().unwrap())
         .unwrap();
     assert!(w.iter().all(|&x| x < 1.0));
-    // Without the set registered, `register_state` registers it.
+    // Without the set registered, `register_state` registers it; another variable of the
+    // set's name is not the state.
     let other = Store::new();
     adam.register_state(&other).unwrap();
     assert!(other.contains("mlp"));
+    let taken = Store::new();
+    taken
+        .register(
+            &Variable::builder(Array1::<f32>::zeros(20))
+                .name("mlp")
+                .build(),
+        )
+        .unwrap();
+    let err = adam.register_state(&taken).unwrap_err();
+    assert!(matches!(err, Error::NameTaken { ref name, .. } if name == "mlp"));
 }
 
-/// The set belongs to its optimizer: Hogwild's gradient does not cover the state, so its
-/// step is refused whole.
+/// The set belongs to its optimizer: Hogwild's writes would not cover the state, so its
+/// steps are refused whole, before any parameter is written; so is a second optimizer.
 #[test]
-fn hogwild_over_a_set_holding_state_is_refused_and_applies_nothing() {
-    let (set, _adam) = Optimizer::adam(0.1)
+fn a_set_holding_state_is_refused_to_hogwild_and_to_another_optimizer() {
+    let (set, adam) = Optimizer::adam(0.1)
         .build_packed(tensors(&Array2::zeros((2, 2)), &Array1::zeros(2)))
         .unwrap();
-    let hogwild = HogwildSgd::new(1.0).packed(&set);
-    let err = hogwild
+    let refused = |err: Error| {
+        assert_eq!(
+            err,
+            Error::ShapeMismatch {
+                variable: "mlp".into(),
+                expected: vec![6],
+                found: vec![6 + 2 * 6 + 2]
+            }
+        );
+    };
+    let e = Variable::new(Array1::<f32>::zeros(2));
+    let hogwild = HogwildSgd::new(1.0).param(&e).packed(&set);
+    let (ge, gw, gb) = (Array1::ones(2), Array2::ones((2, 2)), Array1::ones(2));
+    refused(hogwild.step((&ge, &gw, &gb)).unwrap_err());
+    assert_eq!(
+        (e.version(), set.variable().version()),
+        (0, 0),
+        "nothing applied"
+    );
+    drop(adam); // the set's section is gone, not its state
+    refused(Optimizer::sgd(1.0).packed(&set).build().unwrap_err());
+    let other = tensors(&Array2::zeros((2, 2)), &Array1::zeros(2));
+    refused(
+        Optimizer::sgd(1.0)
+            .packed(&set)
+            .build_packed(other)
+            .unwrap_err(),
+    );
+}
+
+/// A target network follows an online one built by its optimizer: the tensors are blended,
+/// the online state is left alone, and a target's own state is kept as it is.
+#[test]
+fn a_soft_update_blends_the_tensors_of_sets_holding_state() {
+    let (online, adam) = Optimizer::adam(0.1)
+        .build_packed(tensors(&Array2::ones((2, 2)), &Array1::ones(2)))
+        .unwrap();
+    adam.step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2)))
+        .unwrap();
+    let plain = Packed::builder()
+        .name("target")
+        .tensor("w", &Array2::<f32>::zeros((2, 2)))
+        .tensor("b", &Array1::<f32>::zeros(2))
+        .build()
+        .unwrap();
+    // A target that holds a state of its own (its optimizer gone: a section holds its
+    // variables exclusively): the state is kept.
+    let (holding, momentum) = Optimizer::momentum(0.1, 0.9)
+        .build_packed(
+            Packed::builder()
+                .name("target2")
+                .tensor("w", &Array2::<f32>::zeros((2, 2)))
+                .tensor("b", &Array1::<f32>::zeros(2)),
+        )
+        .unwrap();
+    momentum
         .step((&Array2::<f32>::ones((2, 2)), &Array1::<f32>::ones(2)))
+        .unwrap();
+    drop(momentum);
+    let polyak = SoftUpdate::new()
+        .packed(&plain, &online)
+        .packed(&holding, &online)
+        .build()
+        .unwrap();
+    let online_before = online.read().snapshot().as_slice().unwrap().to_vec();
+    let holding_before = holding.read().snapshot().as_slice().unwrap().to_vec();
+    polyak.apply(0.5).unwrap();
+    let want: Vec<f32> = online_before.iter().take(6).map(|&x| 0.5 * x).collect();
+    assert_eq!(plain.read().snapshot().as_slice().unwrap(), &want[..]);
+    let got = holding.read();
+    let got = got.snapshot().as_slice().unwrap();
+    let blended = |(&o, &t): (&f32, &f32)| 0.5 * o + 0.5 * t;
+    let want2: Vec<f32> = online_before
+        .iter()
+        .zip(&holding_before)
+        .take(6)
+        .map(blended)
+        .collect();
+    assert_eq!(&got[..6], &want2[..]);
+    assert_eq!(&got[6..], &holding_before[6..], "its state kept");
+    assert_eq!(
+        online.read().snapshot().as_slice().unwrap().to_vec(),
+        online_before,
+        "online untouched"
+    );
+    // Sets of other tensors are refused.
+    let small = Packed::builder()
+        .tensor("w", &Array1::<f32>::zeros(3))
+        .build()
+        .unwrap();
+    let err = SoftUpdate::new()
+        .packed(&small, &online)
+        .build()
         .unwrap_err();
-    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "mlp"));
-    assert_eq!(set.variable().version(), 0, "nothing applied");
+    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "packed"));
 }
 
 #[test]

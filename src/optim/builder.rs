@@ -18,6 +18,8 @@ pub struct OptimizerBuilder<A: Element> {
     pub(super) params: Vec<Variable<A>>,
     pub(super) parts: Vec<Part>,
     pub(super) name: Option<String>,
+    /// A set added with [`packed`](Self::packed) that holds another optimizer's state.
+    pub(super) misfit: Option<crate::Error>,
 }
 
 impl<A: Element + NdFloat> OptimizerBuilder<A> {
@@ -33,8 +35,13 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     }
 
     /// Adds every tensor of a [`Packed`] set: one parameter (one version a step for all of
-    /// them), one gradient per tensor, in the set's order.
+    /// them), one gradient per tensor, in the set's order. A set built by another optimizer
+    /// ([`build_packed`](Self::build_packed)) holds that one's state: [`build`](Self::build)
+    /// then refuses it.
     pub fn packed(mut self, set: &Packed<A>) -> Self {
+        if let Err(misfit) = set.layout().check_tensors_only() {
+            self.misfit.get_or_insert(misfit);
+        }
         let param = self.params.len();
         for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
             self.parts.push(Part {
@@ -95,8 +102,11 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// and the section.
     ///
     /// # Errors
-    /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to another section that holds it
-    /// exclusively.
+    /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to
+    /// another section that holds it exclusively;
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a set added with
+    /// [`packed`](Self::packed) that holds another optimizer's state (its variable is longer
+    /// than its tensors).
     pub fn build(mut self) -> Result<Optimizer<A>> {
         let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
         let (shapes, len) = self.state_shape();
@@ -114,11 +124,15 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// gradient buffers and [`Layout::elements`](super::Layout::elements) are about its
     /// tensors alone.
     ///
-    /// The set belongs to this optimizer: a [`HogwildSgd`](super::HogwildSgd) over it fails
-    /// with [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) (its gradient is shorter
-    /// than the variable), and a soft update blends the state too. Registering the set's
-    /// variable in a store registers the state with it (and [`Optimizer::register_state`]
-    /// does just that).
+    /// The set belongs to this optimizer: another optimizer over it, or a
+    /// [`HogwildSgd`](super::HogwildSgd), is refused with
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming the set (their writes
+    /// would not cover the state); a target network follows it with
+    /// [`SoftUpdateBuilder::packed`](super::SoftUpdateBuilder::packed), which blends the
+    /// tensors alone. Registering the set's variable in a store registers the state with it
+    /// (and [`Optimizer::register_state`] does just that), so a checkpoint holds both: it
+    /// restores into a set built the same way (the same tensors and rule), and the weights
+    /// alone are its first [`Layout::elements`](super::Layout::elements).
     ///
     /// ```
     /// use mvtensor::optim::{Optimizer, Packed};
@@ -181,6 +195,9 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         state: Variable<A, Ix1>,
         state_in: Option<(usize, usize)>,
     ) -> Result<Optimizer<A>> {
+        if let Some(misfit) = self.misfit {
+            return Err(misfit);
+        }
         let mut section = CriticalSection::builder()
             .name(name)
             .resources(&self.params);

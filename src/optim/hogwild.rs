@@ -36,6 +36,8 @@ pub struct HogwildSgd<A: Element> {
     /// Each gradient's parameter and shape, and how errors name it (`None`: the
     /// parameter's name); a packed set's tensors are consecutive.
     parts: Vec<(usize, Vec<usize>, Option<String>)>,
+    /// A set added that holds an optimizer's state: every step is refused with this.
+    misfit: Option<Error>,
 }
 
 impl<A: Element + NdFloat> HogwildSgd<A> {
@@ -46,6 +48,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
             lr,
             params: Vec::new(),
             parts: Vec::new(),
+            misfit: None,
         }
     }
 
@@ -57,9 +60,14 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
         self
     }
 
-    /// Adds every tensor of a packed set: one gradient per tensor, one write per step.
+    /// Adds every tensor of a packed set: one gradient per tensor, one write per step. A set
+    /// built by an optimizer ([`build_packed`](super::OptimizerBuilder::build_packed)) holds
+    /// its state, which Hogwild's writes would not cover: every step is then refused.
     #[must_use]
     pub fn packed(mut self, set: &Packed<A>) -> Self {
+        if let Err(misfit) = set.layout().check_tensors_only() {
+            self.misfit.get_or_insert(misfit);
+        }
         for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
             let label = set.layout().label(i);
             self.parts
@@ -73,11 +81,15 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     ///
     /// # Errors
     /// [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
-    /// tensor of a packed set) whose gradient does not fit. Every gradient is checked
+    /// tensor of a packed set) whose gradient does not fit, or a set that holds an
+    /// optimizer's state (its variable is longer than its tensors). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape
     /// changed since it was added fails its write alone (the ones before it are updated:
     /// Hogwild steps are not atomic).
     pub fn step(&self, grads: impl Gradients<A>) -> Result<()> {
+        if let Some(misfit) = &self.misfit {
+            return Err(misfit.clone());
+        }
         let grads = grads.collect();
         if grads.len() != self.parts.len() {
             return Err(Error::GradientCount {

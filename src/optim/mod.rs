@@ -104,6 +104,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
             params: Vec::new(),
             parts: Vec::new(),
             name: None,
+            misfit: None,
         }
     }
 
@@ -152,7 +153,9 @@ impl<A: Element + NdFloat> Optimizer<A> {
     ///
     /// An optimizer built with [`build_packed`](OptimizerBuilder::build_packed) keeps it
     /// after the set's tensors instead, in the set's variable: registering that variable
-    /// registers the state, and this registers it unless it is registered already.
+    /// registers the state, and this registers it unless that very variable is registered
+    /// already (so, unlike a state of its own, twice is not an error; registering the set's
+    /// variable after this is).
     ///
     /// One variable for all of it, not one per tensor, because every step writes all of
     /// it: each variable an execution writes costs a version (a pooled buffer, an install,
@@ -161,7 +164,8 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// variable of its own until it was measured: ~150 ns of a ~1.9 µs step.
     ///
     /// # Errors
-    /// [`Error::NameTaken`] if the name is in use.
+    /// [`Error::NameTaken`] if the name is in use (by another variable, for a state kept in
+    /// a packed set).
     pub fn register_state(&self, store: &Store) -> Result<()> {
         match store.register(&self.state) {
             // The state lives in a packed set whose variable is registered already.

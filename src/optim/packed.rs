@@ -31,7 +31,8 @@ use crate::{Element, Snapshot, Variable};
 /// Where each tensor of a [`Packed`] set lies in its variable: names, shapes and element
 /// ranges, in the order the tensors were added.
 ///
-/// Its views work on any slice of the set's length: a snapshot of the variable (from
+/// Its views work on any slice of the set's length (its tensors' [`elements`](Self::elements),
+/// or the whole variable, [`stored`](Self::stored)): a snapshot of the variable (from
 /// [`Packed::read`], [`read_all`](fn@crate::read_all) or a store snapshot) or a gradient
 /// buffer of the caller's ([`zeros`](Self::zeros)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +159,21 @@ impl Layout {
         Ok(views)
     }
 
+    /// `Ok` if the variable holds the tensors alone; else the error a second optimizer (or
+    /// Hogwild SGD) over the set gets: the set holds the state of the optimizer that built it
+    /// ([`OptimizerBuilder::build_packed`](super::OptimizerBuilder::build_packed)), which
+    /// another one's steps would overwrite.
+    pub(crate) fn check_tensors_only(&self) -> Result<()> {
+        if self.stored == self.elements {
+            return Ok(());
+        }
+        Err(Error::ShapeMismatch {
+            variable: self.name.clone(),
+            expected: vec![self.elements],
+            found: vec![self.stored],
+        })
+    }
+
     /// `<set>.<tensor>`: how errors and the optimizer name tensor `i`.
     pub(crate) fn label(&self, i: usize) -> String {
         format!("{}.{}", self.name, self.tensors[i].name)
@@ -196,9 +212,10 @@ impl Layout {
 ///
 /// Read it with [`read`](Self::read) and take each tensor as a view; hand it to an
 /// [`Optimizer`](super::Optimizer) with [`packed`](super::OptimizerBuilder::packed), which
-/// then takes one gradient per tensor; register [`variable`](Self::variable) in a
-/// [`Store`](crate::Store) to checkpoint it (as one 1-d tensor: the layout is the
-/// program's).
+/// then takes one gradient per tensor, or let the optimizer build it with its state inside
+/// ([`build_packed`](super::OptimizerBuilder::build_packed): one version a step); register
+/// [`variable`](Self::variable) in a [`Store`](crate::Store) to checkpoint it (as one 1-d
+/// tensor: the layout is the program's).
 ///
 /// ```
 /// use mvtensor::optim::{Optimizer, Packed};

@@ -3,7 +3,8 @@
 
 use ndarray::{Dimension, NdFloat, Zip};
 
-use crate::error::{check_shape, Result};
+use super::{standard, standard_mut, Packed};
+use crate::error::{check_shape, Error, Result};
 use crate::read_all::read_all;
 use crate::{CriticalSection, Element, Variable};
 
@@ -29,6 +30,9 @@ use crate::{CriticalSection, Element, Variable};
 pub struct SoftUpdate<A: Element> {
     targets: Vec<Variable<A>>,
     online: Vec<Variable<A>>,
+    /// Per pair, for packed sets: the tensors' elements, blended; the rest of the target
+    /// (an optimizer's state) is kept as it is.
+    tensors: Vec<Option<usize>>,
     section: CriticalSection,
 }
 
@@ -38,6 +42,9 @@ pub struct SoftUpdate<A: Element> {
 pub struct SoftUpdateBuilder<A: Element> {
     targets: Vec<Variable<A>>,
     online: Vec<Variable<A>>,
+    tensors: Vec<Option<usize>>,
+    /// A pair of packed sets whose tensors differ: `build` refuses it.
+    misfit: Option<Error>,
 }
 
 impl<A: Element + NdFloat> SoftUpdate<A> {
@@ -47,6 +54,8 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
         SoftUpdateBuilder {
             targets: Vec::new(),
             online: Vec::new(),
+            tensors: Vec::new(),
+            misfit: None,
         }
     }
 
@@ -60,14 +69,28 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
     pub fn apply(&self, tau: A) -> Result<()> {
         let online = read_all(&self.online[..]);
         self.section.execute(|tx| {
-            for (target, online) in self.targets.iter().zip(&online) {
+            let pairs = self.targets.iter().zip(&online).zip(&self.tensors);
+            for ((target, online), &tensors) in pairs {
                 let mut t = tx.rewrite(target)?;
                 let (before, after) = t.split();
-                check_shape(target.name(), before.shape(), online.shape())?; // rolls back if not
-                Zip::from(after)
-                    .and(before)
-                    .and(&**online)
-                    .for_each(|t, &before, &o| *t = tau * o + (A::one() - tau) * before);
+                let blend =
+                    |t: &mut A, &before: &A, &o: &A| *t = tau * o + (A::one() - tau) * before;
+                let Some(n) = tensors else {
+                    check_shape(target.name(), before.shape(), online.shape())?; // rolls back
+                    Zip::from(after).and(before).and(&**online).for_each(blend);
+                    continue;
+                };
+                // Packed sets of the same tensors (checked at build; their variables' shapes
+                // are fixed): the tensors blended, the target's state after them kept.
+                let (before, after) = (standard(before), standard_mut(after));
+                let online = &standard(online)[..n];
+                let (after, kept) = after.split_at_mut(n);
+                after
+                    .iter_mut()
+                    .zip(&before[..n])
+                    .zip(online)
+                    .for_each(|((t, b), o)| blend(t, b, o));
+                kept.copy_from_slice(&before[n..]);
             }
             Ok(())
         })
@@ -79,6 +102,31 @@ impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
     pub fn pair<D: Dimension>(mut self, target: &Variable<A, D>, online: &Variable<A, D>) -> Self {
         self.targets.push(target.erased().clone());
         self.online.push(online.erased().clone());
+        self.tensors.push(None);
+        self
+    }
+
+    /// Adds a target set and the online set it follows: their tensors are blended, and
+    /// either may hold an optimizer's state after them
+    /// ([`build_packed`](super::OptimizerBuilder::build_packed)), which is not (the
+    /// target's is kept as it is). [`build`](Self::build) refuses sets whose tensors differ.
+    pub fn packed(mut self, target: &Packed<A>, online: &Packed<A>) -> Self {
+        let shapes = |set: &Packed<A>| -> Vec<Vec<usize>> {
+            set.layout()
+                .tensors()
+                .map(|(_, shape, _)| shape.to_vec())
+                .collect()
+        };
+        if shapes(target) != shapes(online) {
+            self.misfit.get_or_insert(Error::ShapeMismatch {
+                variable: target.layout().name().to_owned(),
+                expected: vec![online.layout().elements()],
+                found: vec![target.layout().elements()],
+            });
+        }
+        self.targets.push(target.variable().erased().clone());
+        self.online.push(online.variable().erased().clone());
+        self.tensors.push(Some(target.layout().elements()));
         self
     }
 
@@ -86,8 +134,12 @@ impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
     ///
     /// # Errors
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a target belongs to
-    /// another section that holds it exclusively.
+    /// another section that holds it exclusively; [`Error::ShapeMismatch`] naming a target
+    /// set whose tensors are not the online set's.
     pub fn build(self) -> Result<SoftUpdate<A>> {
+        if let Some(misfit) = self.misfit {
+            return Err(misfit);
+        }
         let section = CriticalSection::builder()
             .name("soft update")
             .resources(&self.targets)
@@ -95,6 +147,7 @@ impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
         Ok(SoftUpdate {
             targets: self.targets,
             online: self.online,
+            tensors: self.tensors,
             section,
         })
     }
