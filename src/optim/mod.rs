@@ -148,8 +148,9 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// order parameters were added, then the step count. Each parameter (each tensor of a
     /// [`Packed`] set) has a block of its element count times the rule's state tensors
     /// (momentum: the buffer; Adam: the first moment, then the second; plain SGD: none),
-    /// each in the parameter's standard (row-major) order. The last two elements are the steps so far, `lo + hi * 2^24`
-    /// (both whole numbers below 2^24, so that an `f32` holds them exactly).
+    /// each in the parameter's standard (row-major) order. The last two elements are the
+    /// steps so far, `lo + hi * 2^24` (both whole numbers below 2^24, so that an `f32` holds
+    /// them exactly).
     ///
     /// An optimizer built with [`build_packed`](OptimizerBuilder::build_packed) keeps it
     /// after the set's tensors instead, in the set's variable: registering that variable

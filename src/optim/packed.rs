@@ -15,9 +15,10 @@
 //! one), so pack what is written together, and keep a large embedding table, updated a few
 //! rows at a time, in a variable (or a paged one) of its own.
 //!
-//! A set built by its optimizer ([`OptimizerBuilder::build_packed`](super::OptimizerBuilder::build_packed))
-//! also holds the optimizer's state (moments, step count) after its tensors, so that a step
-//! writes one version instead of two: the tensors' elements come first, and views, gradient
+//! A set built by its optimizer
+//! ([`OptimizerBuilder::build_packed`](super::OptimizerBuilder::build_packed)) also holds the
+//! optimizer's state (moments, step count) after its tensors, so that a step writes one
+//! version instead of two: the tensors' elements come first, and views, gradient
 //! buffers and [`Layout::elements`] are about them alone.
 
 use std::ops::Range;
@@ -118,8 +119,8 @@ impl Layout {
     ///
     /// # Errors
     /// [`Error::NoSuchTensor`] if there is no tensor `i`; [`Error::ShapeMismatch`] if
-    /// `flat` is neither [`elements`](Self::elements) nor [`stored`](Self::stored) long; [`Error::RankMismatch`] if `D` is not the tensor's
-    /// rank (`IxDyn` fits any).
+    /// `flat` is neither [`elements`](Self::elements) nor [`stored`](Self::stored) long;
+    /// [`Error::RankMismatch`] if `D` is not the tensor's rank (`IxDyn` fits any).
     pub fn view<'a, D: Dimension, A>(
         &self,
         i: usize,
