@@ -222,7 +222,24 @@ fn a_soft_update_blends_the_tensors_of_sets_holding_state() {
         .packed(&small, &online)
         .build()
         .unwrap_err();
-    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "packed"));
+    assert!(matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "packed.w"));
+    let transposed = Packed::builder()
+        .tensor("w", &Array2::<f32>::zeros((2, 2)))
+        .tensor("b", &Array2::<f32>::zeros((1, 2)))
+        .build()
+        .unwrap();
+    let err = SoftUpdate::new()
+        .packed(&transposed, &online)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::ShapeMismatch {
+            variable: "packed.b".into(),
+            expected: vec![2],
+            found: vec![1, 2]
+        }
+    );
 }
 
 #[test]

@@ -111,17 +111,21 @@ impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
     /// ([`build_packed`](super::OptimizerBuilder::build_packed)), which is not (the
     /// target's is kept as it is). [`build`](Self::build) refuses sets whose tensors differ.
     pub fn packed(mut self, target: &Packed<A>, online: &Packed<A>) -> Self {
-        let shapes = |set: &Packed<A>| -> Vec<Vec<usize>> {
-            set.layout()
-                .tensors()
-                .map(|(_, shape, _)| shape.to_vec())
-                .collect()
-        };
-        if shapes(target) != shapes(online) {
+        let (t, o) = (target.layout(), online.layout());
+        // The first tensor whose shape differs, or the sets' lengths if one has more tensors.
+        let differs = (0..t.len().min(o.len())).find_map(|i| {
+            let (shape, want) = (t.tensor(i)?.1, o.tensor(i)?.1);
+            (shape != want).then(|| (t.label(i), want.to_vec(), shape.to_vec()))
+        });
+        let misfit = differs.or_else(|| {
+            (t.len() != o.len())
+                .then(|| (t.name().to_owned(), vec![o.elements()], vec![t.elements()]))
+        });
+        if let Some((variable, expected, found)) = misfit {
             self.misfit.get_or_insert(Error::ShapeMismatch {
-                variable: target.layout().name().to_owned(),
-                expected: vec![online.layout().elements()],
-                found: vec![target.layout().elements()],
+                variable,
+                expected,
+                found,
             });
         }
         self.targets.push(target.variable().erased().clone());
