@@ -156,7 +156,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// As for [`PackedBuilder::build`](super::PackedBuilder::build) and [`build`](Self::build).
     pub fn build_packed(mut self, set: PackedBuilder<A>) -> Result<(Packed<A>, Optimizer<A>)> {
         let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
-        // The set's tensors, as `packed` adds them, to size the state: a throwaway layout.
+        // The set's tensors, as `packed` adds them, to size the state.
         let sizing = set.layout_only()?;
         let param = self.params.len();
         self.parts
@@ -166,11 +166,12 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
                 label: Some(sizing.label(i)),
             }));
         let (mut shapes, len) = self.state_shape();
-        let set = set.build_with_tail(len)?;
+        let elements = sizing.elements();
+        let set = set.build_with_tail(sizing, len);
         self.params.push(set.variable().erased().clone());
         shapes.push(set.variable().shape());
         let state = set.variable().clone();
-        let optimizer = self.finish(name, shapes, state, Some((param, sizing.elements())))?;
+        let optimizer = self.finish(name, shapes, state, Some((param, elements)))?;
         Ok((set, optimizer))
     }
 

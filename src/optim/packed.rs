@@ -312,22 +312,22 @@ impl<A: Element> PackedBuilder<A> {
     /// # Errors
     /// [`Error::NameTaken`] if two tensors have the same name.
     pub fn build(self) -> Result<Packed<A>> {
-        self.build_with_tail(0)
+        let layout = self.layout_only()?;
+        Ok(self.build_with_tail(layout, 0))
     }
 
-    /// Creates the variable with `tail` more elements (zeros) after the tensors: an
-    /// optimizer's state.
-    pub(super) fn build_with_tail(mut self, tail: usize) -> Result<Packed<A>> {
-        let mut layout = self.layout_only()?;
+    /// Creates the variable of `layout` (this builder's, checked) with `tail` more elements
+    /// (zeros) after the tensors: an optimizer's state.
+    pub(super) fn build_with_tail(mut self, mut layout: Layout, tail: usize) -> Packed<A> {
         layout.stored += tail;
         self.data.resize(layout.stored, A::default());
         let variable = Variable::builder(ndarray::Array1::from_vec(self.data))
             .name(layout.name.clone())
             .build();
-        Ok(Packed {
+        Packed {
             variable,
             layout: Arc::new(layout),
-        })
+        }
     }
 
     /// The set's layout (its variable holding the tensors alone).

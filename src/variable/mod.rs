@@ -77,9 +77,6 @@ pub(crate) struct Inner<A: Element> {
     pub(crate) name: Arc<str>,
     /// The creation shape, enforced on every write unless `dynamic_shape`.
     shape: Vec<usize>,
-    /// Whether versions of the creation shape are large ([`limbo::spares`]): pooled and
-    /// trimmed one by one, their delta writes counted in [`Writers`](crate::pool::Writers).
-    large: bool,
     /// Bytes of a version of the creation shape, and the spares its pool keeps
     /// ([`limbo::spares`]): worked out once, because the division in `spares` took ~2% of a
     /// 1K write's CPU on every write (perf, AMD EPYC).
@@ -140,7 +137,6 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
         let init = kernel::standard(self.init);
         let shape = init.shape().to_vec();
         let bytes = init.len() * std::mem::size_of::<A>();
-        let large = bytes >= limbo::BATCH_BYTES;
         let rank = if self.dynamic_shape {
             dim::rank::<D>()
         } else {
@@ -152,7 +148,6 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
             id,
             name,
             shape,
-            large,
             bytes,
             spares: limbo::spares(bytes),
             dynamic_shape: self.dynamic_shape,
@@ -297,9 +292,15 @@ impl<A: Element> Inner<A> {
     /// The creation shape's size decides: a dynamic shape's current one may differ, and then
     /// the pool keeps a version more or fewer until the next write's trims.
     pub(crate) fn reclaimed(&self) {
-        if self.large {
-            self.trim_large(self.shape.iter().product::<usize>() * std::mem::size_of::<A>());
+        if self.large() {
+            self.trim_large(self.bytes);
         }
+    }
+
+    /// Whether versions of the creation shape are large ([`limbo::spares`]): pooled and
+    /// trimmed one by one, their delta writes counted in [`Writers`](crate::pool::Writers).
+    pub(crate) fn large(&self) -> bool {
+        self.bytes >= limbo::BATCH_BYTES
     }
 
     /// The spares a pool of versions of `bytes` keeps: the creation shape's, worked out once,

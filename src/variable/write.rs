@@ -166,7 +166,7 @@ impl<A: Element> Variable<A> {
     /// Applies a delta (dense or rows), combined with concurrent ones.
     pub(super) fn apply_delta(&self, delta: Delta<'_, A>) -> Result<u64> {
         // Several writes of a large variable under way: its pool keeps a third spare.
-        let _writing = self.inner.large.then(|| self.inner.home.writers.enter());
+        let _writing = self.inner.large().then(|| self.inner.home.writers.enter());
         // A dynamic shape is checked against the version the pass builds on, one delta at a
         // time; and a thread inside an execution must not wait for another's queue ticket.
         if self.inner.dynamic_shape || running::inside() {
