@@ -194,7 +194,7 @@ fn readers_see_every_tensor_of_one_step() {
         };
         let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
         let mut seen = 0.0f32;
-        common::steps_while_looking(
+        steps_while_looking(
             threads,
             steps,
             || {
@@ -212,7 +212,7 @@ fn readers_see_every_tensor_of_one_step() {
                     };
                     assert_eq!(lo + hi * (1 << 24) as f32, k, "the state of another step");
                 }
-                common::one_step(w.iter().chain(b.iter()), k, &mut seen);
+                one_step(w.iter().chain(b.iter()), k, &mut seen);
             },
         );
         assert_eq!(sgd.steps(), (threads * steps) as i64);
@@ -224,6 +224,41 @@ fn readers_see_every_tensor_of_one_step() {
             .iter()
             .all(|&x| x == -total));
     }
+}
+
+/// Runs `step` `steps` times on each of `threads` threads while one more thread calls
+/// `look` until they are all done.
+fn steps_while_looking(
+    threads: usize,
+    steps: usize,
+    step: impl Fn() + Sync,
+    mut look: impl FnMut() + Send,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..steps {
+                    step();
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        s.spawn(|| {
+            while done.load(Ordering::SeqCst) < threads {
+                look();
+            }
+        });
+    });
+}
+
+/// A reader's check after SGD steps of gradient one and rate one: every value it saw is
+/// `-k`, `k` steps' worth (not a mix of steps), and `k` is not below what it saw before.
+fn one_step<'a>(values: impl IntoIterator<Item = &'a f32>, k: f32, seen: &mut f32) {
+    assert!(values.into_iter().all(|&x| x == -k), "a mix of steps");
+    assert!(k >= *seen, "a later read went back in time");
+    *seen = k;
 }
 
 #[test]
