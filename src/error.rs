@@ -263,16 +263,23 @@ pub enum QueueProblem {
 /// `Result<T, mvtensor::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Checks that `found` is exactly `expected`, naming `variable` otherwise.
+/// Checks that `found` is exactly `expected`, naming `variable` otherwise. (Inline, the
+/// error built out of line: every write and optimizer step checks a shape.)
+#[inline]
 pub(crate) fn check_shape(variable: &str, expected: &[usize], found: &[usize]) -> Result<()> {
     if same_shape(expected, found) {
         Ok(())
     } else {
-        Err(Error::ShapeMismatch {
-            variable: variable.to_owned(),
-            expected: expected.to_vec(),
-            found: found.to_vec(),
-        })
+        Err(shape_mismatch(variable, expected, found))
+    }
+}
+
+#[cold]
+fn shape_mismatch(variable: &str, expected: &[usize], found: &[usize]) -> Error {
+    Error::ShapeMismatch {
+        variable: variable.to_owned(),
+        expected: expected.to_vec(),
+        found: found.to_vec(),
     }
 }
 
