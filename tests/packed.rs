@@ -193,8 +193,8 @@ fn readers_see_every_tensor_of_one_step() {
             (set, sgd)
         };
         let (gw, gb) = (Array2::<f32>::ones((8, 8)), Array1::<f32>::ones(8));
-        let mut seen = 0.0f32;
-        steps_while_looking(
+        let (mut seen, mut looks_mid_way) = (0.0f32, 0);
+        common::steps_while_looking(
             threads,
             steps,
             || {
@@ -213,8 +213,10 @@ fn readers_see_every_tensor_of_one_step() {
                     assert_eq!(lo + hi * (1 << 24) as f32, k, "the state of another step");
                 }
                 one_step(w.iter().chain(b.iter()), k, &mut seen);
+                looks_mid_way += usize::from(k > 0.0 && k < (threads * steps) as f32);
             },
         );
+        assert!(looks_mid_way > 0, "no look while the steps ran");
         assert_eq!(sgd.steps(), (threads * steps) as i64);
         let total = (threads * steps) as f32;
         assert!(set
@@ -224,33 +226,6 @@ fn readers_see_every_tensor_of_one_step() {
             .iter()
             .all(|&x| x == -total));
     }
-}
-
-/// Runs `step` `steps` times on each of `threads` threads while one more thread calls
-/// `look` until they are all done.
-fn steps_while_looking(
-    threads: usize,
-    steps: usize,
-    step: impl Fn() + Sync,
-    mut look: impl FnMut() + Send,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let done = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..steps {
-                    step();
-                }
-                done.fetch_add(1, Ordering::SeqCst);
-            });
-        }
-        s.spawn(|| {
-            while done.load(Ordering::SeqCst) < threads {
-                look();
-            }
-        });
-    });
 }
 
 /// A reader's check after SGD steps of gradient one and rate one: every value it saw is

@@ -253,3 +253,55 @@ fn two_tensors_of_one_name_are_refused() {
         .unwrap_err();
     assert!(matches!(err, Error::NameTaken { ref name, .. } if name == "packed.w"));
 }
+
+/// Adam steps from several threads while a reader looks: every version it sees holds the
+/// tensors, both moments and the step count of one step, each as a serial replay of that
+/// many steps has them (every step takes the same gradients, so any order replays), and
+/// the step counts it sees never go back.
+#[test]
+fn a_reader_sees_the_moments_of_the_step_it_sees() {
+    let (threads, steps) = if cfg!(miri) { (2, 3) } else { (3, 150) };
+    let w0 = Array2::from_shape_fn((8, 8), |(i, j)| (i as f32 - j as f32) / 7.0);
+    let b0 = Array1::from_shape_fn(8, |i| i as f32 / 4.0);
+    let gw = Array2::from_shape_fn((8, 8), |(i, j)| ((i * 3 + j) % 5) as f32 - 2.0);
+    let gb = Array1::from_elem(8, 0.5f32);
+    let build = || {
+        Optimizer::adam(1e-2)
+            .build_packed(tensors(&w0, &b0))
+            .unwrap()
+    };
+    let stored = |set: &Packed<f32>| set.read().snapshot().as_slice().unwrap().to_vec();
+    // The whole stored value after each number of steps, one thread.
+    let (replay_set, replay) = build();
+    let mut after = vec![stored(&replay_set)];
+    for _ in 0..threads * steps {
+        replay.step((&gw, &gb)).unwrap();
+        after.push(stored(&replay_set));
+    }
+    let (set, adam) = build();
+    let mut counts = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    common::steps_while_looking(
+        threads,
+        steps,
+        || {
+            adam.step((&gw, &gb)).unwrap();
+        },
+        || {
+            let version = set.read();
+            let all = version.snapshot().as_slice().unwrap();
+            let t = steps_in(all) as usize;
+            assert!(t >= seen, "a later read went back in time");
+            seen = t;
+            // Tensors, moments and count of step `t`, never a mix.
+            same(Some(all), Some(&after[t]));
+            counts.insert(t);
+        },
+    );
+    assert!(
+        counts.len() > steps / 2,
+        "the reader saw {} step counts",
+        counts.len()
+    );
+    same(Some(&stored(&set)), after.last().map(Vec::as_slice));
+}

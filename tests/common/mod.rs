@@ -84,3 +84,45 @@ pub fn same_floats(got: &[f32], want: &[f32]) {
         assert_eq!(got, want);
     }
 }
+
+/// Runs `step` `steps` times on each of `threads` threads while one more thread calls
+/// `look` until they are all done. A stepper takes its `i`-th step only once `look` has
+/// run `i` times, so the looks see the steps in progress (started last, the looking thread
+/// saw only the end before). A `look` that panics lets the steppers finish, so that the
+/// test fails instead of hanging.
+#[allow(dead_code)] // not every test file races readers against steps
+pub fn steps_while_looking(
+    threads: usize,
+    steps: usize,
+    step: impl Fn() + Sync,
+    mut look: impl FnMut() + Send,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Gone<'a>(&'a AtomicUsize);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.store(usize::MAX, Ordering::SeqCst);
+        }
+    }
+    let (done, looks) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for i in 0..steps {
+                    while looks.load(Ordering::SeqCst) < i {
+                        std::hint::spin_loop();
+                    }
+                    step();
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        s.spawn(|| {
+            let _gone = Gone(&looks);
+            while done.load(Ordering::SeqCst) < threads {
+                look();
+                looks.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    });
+}
