@@ -84,7 +84,7 @@ impl SectionInner {
         let state = unsafe {
             self.batcher
                 .jobs
-                .submit(&mut Request::new(job), Wait::YieldThenPark, self)
+                .submit(&mut Request::new(job), Wait::SpinIfCoresFree, self)
         };
         assert_eq!(
             state, DONE,

@@ -18,6 +18,7 @@ use loom::thread;
 
 use super::{Request, Serve, Server, Wait, Waiters};
 use crate::loom_model::{run_model, run_model_at_most};
+use crate::sync::Ordering;
 
 /// A request's payload: the number of the batch that served it (0: not yet).
 struct Job(UnsafeCell<u64>);
@@ -108,6 +109,12 @@ fn three_callers(wait: Wait) {
         shared.server.requests.try_lock(),
         "the flag is free at the end"
     );
+    // Relaxed: every caller has returned (joined).
+    assert_eq!(
+        shared.server.spinning.load(Ordering::Relaxed),
+        0,
+        "no caller counts as spinning after it returned"
+    );
 }
 
 /// At most bound 2: 435,135 executions there (26 s), and bound 3 had not finished after
@@ -123,5 +130,15 @@ fn three_parking_callers_are_each_served_once_and_none_is_stranded() {
 fn three_spinning_callers_are_each_served_once() {
     run_model("serve: three spinning callers", || {
         three_callers(Wait::Spin)
+    });
+}
+
+/// Callers that spin while cores are free beside callers that park (under loom one may spin:
+/// the first to wait spins, the next yield and park): each is served once and nobody is
+/// stranded, whichever of them holds the flag. At most bound 2, as the parking model.
+#[test]
+fn callers_that_spin_beside_parking_ones_are_each_served_once_and_none_is_stranded() {
+    run_model_at_most("serve: a spinning caller beside parking ones", 2, || {
+        three_callers(Wait::SpinIfCoresFree)
     });
 }
