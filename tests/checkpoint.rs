@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+mod common;
+
 use mvtensor::checkpoint::{Missing, Restore};
 use mvtensor::{read_all, CriticalSection, DType, Error, Store};
 use ndarray::{arr0, Array1, Array2, ArrayD, Ix0, Ix1, Ix2, IxDyn};
@@ -180,27 +182,27 @@ fn a_restore_is_one_commit() {
     x.assign(Array1::from_elem(64, 2.0)).unwrap();
     y.set(2).unwrap();
     store.save(&two).unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..rounds {
-                let file = if i % 2 == 0 { &one } else { &two };
-                assert_eq!(store.restore(file, Restore::default()).unwrap(), 2);
-            }
-        });
-        for _ in 0..rounds {
-            let snap = store.snapshot();
-            let (sx, sy) = (
-                snap.get::<f32, Ix1>("x").unwrap(),
-                snap.get::<i64, Ix0>("y").unwrap(),
-            );
-            assert!(
-                sx.iter().all(|&v| v == sy[()] as f32),
-                "a snapshot saw half a restore"
-            );
-            let (rx, ry) = read_all((&x, &y));
-            assert_eq!(rx[0], ry[()] as f32);
-        }
+    let restore = |i: usize| {
+        let file = if i % 2 == 0 { &one } else { &two };
+        assert_eq!(store.restore(file, Restore::default()).unwrap(), 2);
+    };
+    let (mut last, mut changes) = (2, 0); // changes: looks that saw another restore land
+    common::while_looking(&[&restore], rounds, || {
+        let snap = store.snapshot();
+        let (sx, sy) = (
+            snap.get::<f32, Ix1>("x").unwrap(),
+            snap.get::<i64, Ix0>("y").unwrap(),
+        );
+        assert!(
+            sx.iter().all(|&v| v == sy[()] as f32),
+            "a snapshot saw half a restore"
+        );
+        let (rx, ry) = read_all((&x, &y));
+        assert_eq!(rx[0], ry[()] as f32);
+        changes += usize::from(sy[()] != last);
+        last = sy[()];
     });
+    assert!(changes > 0, "no look while the restores ran");
 }
 
 #[test]

@@ -172,30 +172,25 @@ fn readers_see_a_sections_rows_and_counter_together() {
     let table = PagedVariable::new(Array2::<i64>::zeros((16, 2))).unwrap();
     let steps = Variable::new(arr0(0i64));
     let section = common::table_and_counter(&table, &steps);
-    let done = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..rounds {
-                section
-                    .execute(|tx| {
-                        tx.scatter_add(&table, &[i % 16], &ones(1, 2))?;
-                        tx.assign_add(&steps, &arr0(1))
-                    })
-                    .unwrap();
-            }
-            done.store(true, std::sync::atomic::Ordering::Release);
-        });
-        s.spawn(|| {
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let rows = sum(&table) / 2;
-                let counted = steps.read()[[]];
-                assert!(
-                    counted >= rows,
-                    "the table showed {rows} steps, the counter {counted}"
-                );
-            }
-        });
+    let step = |i: usize| {
+        section
+            .execute(|tx| {
+                tx.scatter_add(&table, &[i % 16], &ones(1, 2))?;
+                tx.assign_add(&steps, &arr0(1))
+            })
+            .unwrap();
+    };
+    let mut mid_way = 0; // looks between the first step and the last
+    common::while_looking(&[&step], rounds, || {
+        let rows = sum(&table) / 2;
+        let counted = steps.read()[[]];
+        assert!(
+            counted >= rows,
+            "the table showed {rows} steps, the counter {counted}"
+        );
+        mid_way += usize::from(rows > 0 && rows < rounds as i64);
     });
+    assert!(mid_way > 0, "no look while the steps ran");
     assert_eq!(sum(&table), 2 * rounds as i64);
 }
 
@@ -207,28 +202,23 @@ fn store_snapshots_show_a_sections_commit_whole() {
     let table = store.paged("emb", Array2::<i64>::zeros((32, 2))).unwrap();
     let steps = store.variable("steps", arr0(0i64)).unwrap();
     let section = common::table_and_counter(&table, &steps);
-    let done = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..rounds {
-                section
-                    .execute(|tx| {
-                        tx.scatter_add(&table, &[i % 32, (i * 7) % 32], &ones(2, 2))?;
-                        tx.assign_add(&steps, &arr0(1))
-                    })
-                    .unwrap();
-            }
-            done.store(true, std::sync::atomic::Ordering::Release);
-        });
-        s.spawn(|| {
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let snapshot = store.snapshot();
-                let rows = snapshot.get_paged::<i64>("emb").unwrap().to_array().sum();
-                let counted = snapshot.get::<i64, Ix0>("steps").unwrap()[[]];
-                assert_eq!(rows, 4 * counted, "a cut through a section's commit");
-            }
-        });
+    let step = |i: usize| {
+        section
+            .execute(|tx| {
+                tx.scatter_add(&table, &[i % 32, (i * 7) % 32], &ones(2, 2))?;
+                tx.assign_add(&steps, &arr0(1))
+            })
+            .unwrap();
+    };
+    let mut mid_way = 0; // cuts between the first commit and the last
+    common::while_looking(&[&step], rounds, || {
+        let snapshot = store.snapshot();
+        let rows = snapshot.get_paged::<i64>("emb").unwrap().to_array().sum();
+        let counted = snapshot.get::<i64, Ix0>("steps").unwrap()[[]];
+        assert_eq!(rows, 4 * counted, "a cut through a section's commit");
+        mid_way += usize::from(counted > 0 && counted < rounds as i64);
     });
+    assert!(mid_way > 0, "no cut while the sections ran");
 }
 
 /// Row operations take a variable, a reference to one or an `Arc` of one, dense or paged.

@@ -85,44 +85,69 @@ pub fn same_floats(got: &[f32], want: &[f32]) {
     }
 }
 
-/// Runs `step` `steps` times on each of `threads` threads while one more thread calls
-/// `look` until they are all done. A stepper takes its `i`-th step only once `look` has
-/// run `i` times, so the looks see the steps in progress (started last, the looking thread
-/// saw only the end before). A `look` that panics lets the steppers finish, so that the
-/// test fails instead of hanging.
+/// Runs `step` `steps` times on each of `threads` threads while this thread calls `look`
+/// until they are all done, paced as [`while_looking`] paces them.
 #[allow(dead_code)] // not every test file races readers against steps
 pub fn steps_while_looking(
     threads: usize,
     steps: usize,
     step: impl Fn() + Sync,
-    mut look: impl FnMut() + Send,
+    look: impl FnMut(),
 ) {
+    let step = |_| step();
+    while_looking(
+        &vec![&step as &(dyn Fn(usize) + Sync); threads],
+        steps,
+        look,
+    );
+}
+
+/// Runs `op(0)`, `op(1)`, ... `op(ops - 1)` of each of `writers` on a thread of its own
+/// while this thread calls `look` until they are all done, in lockstep: a writer makes its
+/// `i`-th call only once `look` has run `i` times, and `look` runs for the `j`-th time only
+/// once the writers have made `j - 1` calls together, so the looks see the writes in
+/// progress. (A looking loop that nothing paced saw only the end: on 2 cores the writers
+/// were often done before it began, or ran while it waited for a core.) A `look` that
+/// panics lets the writers finish, so that the test fails instead of hanging.
+#[allow(dead_code)] // not every test file races readers against writers
+pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: impl FnMut()) {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    struct Gone<'a>(&'a AtomicUsize);
-    impl Drop for Gone<'_> {
+    /// Lets every writer go on, when the looking is over or has failed.
+    struct Release<'a>(&'a AtomicUsize);
+    impl Drop for Release<'_> {
         fn drop(&mut self) {
             self.0.store(usize::MAX, Ordering::SeqCst);
         }
     }
-    let (done, looks) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let (done, looks, calls) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for i in 0..steps {
+        for op in writers {
+            let (done, looks, calls) = (&done, &looks, &calls);
+            s.spawn(move || {
+                for i in 0..ops {
                     while looks.load(Ordering::SeqCst) < i {
                         std::hint::spin_loop();
                     }
-                    step();
+                    op(i);
+                    calls.fetch_add(1, Ordering::SeqCst);
                 }
                 done.fetch_add(1, Ordering::SeqCst);
             });
         }
-        s.spawn(|| {
-            let _gone = Gone(&looks);
-            while done.load(Ordering::SeqCst) < threads {
+        let _release = Release(&looks);
+        let mut looked = 0;
+        while done.load(Ordering::SeqCst) < writers.len() {
+            if calls.load(Ordering::SeqCst) + 1 >= looked {
                 look();
-                looks.fetch_add(1, Ordering::SeqCst);
+                looked += 1;
+                looks.store(looked, Ordering::SeqCst);
+            } else {
+                std::hint::spin_loop();
             }
-        });
+        }
     });
 }
