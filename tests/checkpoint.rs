@@ -183,7 +183,7 @@ fn a_restore_is_one_commit() {
     y.set(2).unwrap();
     store.save(&two).unwrap();
     let restore = |i: usize| {
-        let file = if i % 2 == 0 { &one } else { &two };
+        let file = if i.is_multiple_of(2) { &one } else { &two };
         assert_eq!(store.restore(file, Restore::default()).unwrap(), 2);
     };
     let (mut last, mut changes) = (2, 0); // changes: looks that saw another restore land
