@@ -93,21 +93,47 @@ mod tests {
         }
     }
 
+    /// Two threads take a ticket per round in lockstep (neither starts round `i + 1` before
+    /// both have arrived at round `i`), so they contend for every ticket instead of running
+    /// one after the other (which, unpaced, they usually did).
     #[test]
     fn a_ticket_excludes_other_holders() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
         let queue = TicketQueue::default();
-        let inside = std::sync::atomic::AtomicBool::new(false);
-        let rounds = if cfg!(miri) { 10 } else { 1000 };
-        std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(|| {
-                    for _ in 0..rounds {
-                        let _ticket = queue.enter();
-                        assert!(!inside.swap(true, Ordering::Relaxed), "two holders at once");
-                        inside.store(false, Ordering::Relaxed);
-                    }
-                });
-            }
+        let (inside, arrived) = (AtomicBool::new(false), AtomicUsize::new(0));
+        let rounds = if cfg!(miri) { 10 } else { 300 };
+        let numbers: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut numbers = Vec::new();
+                        for i in 0..rounds {
+                            arrived.fetch_add(1, Ordering::SeqCst);
+                            while arrived.load(Ordering::SeqCst) < 2 * (i + 1) {
+                                std::hint::spin_loop();
+                            }
+                            let ticket = queue.enter();
+                            numbers.push(ticket.number());
+                            assert!(!inside.swap(true, Ordering::Relaxed), "two holders at once");
+                            for _ in 0..16 {
+                                std::hint::spin_loop(); // a holder that stays a moment
+                            }
+                            inside.store(false, Ordering::Relaxed);
+                        }
+                        numbers
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
         });
+        // Round `i`'s two tickets are `2i` and `2i + 1`: the threads took turns.
+        for mine in &numbers {
+            for (i, &n) in mine.iter().enumerate() {
+                assert!(
+                    n / 2 == i as u64,
+                    "ticket {n} in round {i}: the threads did not take turns"
+                );
+            }
+        }
     }
 }
