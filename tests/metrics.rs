@@ -1,5 +1,7 @@
 //! Issue 13, item 2: shared metrics updated from many threads, read consistently.
 
+mod common;
+
 use mvtensor::metrics::{Mean, Sum};
 
 #[test]
@@ -31,32 +33,46 @@ fn every_record_is_counted_once() {
     assert_eq!(l.mean(), Some(1.5));
 }
 
+/// A reading is one moment of every shard together: thread B records 1000 only after
+/// thread A's record of 1 that came before it, so no moment holds more of B's records than
+/// of A's. (Both shards are always self-consistent: a reading that added up each shard at
+/// another moment could show B's record without A's, which only a cut across the shards
+/// rules out. Every record adding the same value, as this test did before, could not tell.)
 #[test]
 fn a_reading_has_count_and_sum_from_one_moment() {
-    // Every record adds exactly 2.0, so any consistent reading has sum == 2 * count; a
-    // reading that took the count of one moment and the sum of another would not.
-    let (threads, records, reads) = if cfg!(miri) {
-        (2, 20, 20)
-    } else {
-        (4, 50_000, 20_000)
-    };
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pairs = if cfg!(miri) { 20 } else { 20_000 };
     let m = Mean::new();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| (0..records).for_each(|_| m.record(2.0)));
+    let a_done = AtomicUsize::new(0);
+    let a = |_| {
+        m.record(1.0);
+        a_done.fetch_add(1, Ordering::SeqCst);
+    };
+    let b = |i: usize| {
+        while a_done.load(Ordering::SeqCst) <= i {
+            std::hint::spin_loop();
         }
-        let mut last = 0;
-        for _ in 0..reads {
-            let r = m.read();
-            assert_eq!(
-                r.sum,
-                2.0 * r.count as f64,
-                "count and sum from different moments"
-            );
-            assert!(r.count >= last, "readings never go back");
-            last = r.count;
-        }
+        m.record(1000.0);
+    };
+    let (mut last, mut mid_way) = (0, 0);
+    common::while_looking(&[&a, &b], pairs, || {
+        let r = m.read();
+        let bs = (r.sum - r.count as f64) / 999.0; // sum = as + 1000 bs, count = as + bs
+        assert_eq!(
+            bs.fract(),
+            0.0,
+            "count and sum from different moments: {r:?}"
+        );
+        let bs = bs as u64;
+        assert!(
+            bs <= r.count - bs,
+            "B's record without A's before it: {r:?}"
+        );
+        assert!(r.count >= last, "readings never go back");
+        last = r.count;
+        mid_way += usize::from(r.count > 0 && r.count < 2 * pairs as u64);
     });
+    assert!(mid_way > 0, "no reading while the records ran");
 }
 
 #[test]
@@ -64,17 +80,19 @@ fn take_resets_at_the_moment_it_reads() {
     let (threads, records) = if cfg!(miri) { (2, 20) } else { (4, 20_000) };
     let m = Mean::new();
     assert_eq!(m.read().mean(), None);
-    let mut taken = 0;
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| (0..records).for_each(|_| m.record(1.0)));
-        }
-        for _ in 0..100 {
+    let (mut taken, mut nonempty) = (0, 0);
+    let record = |_| m.record(1.0);
+    common::while_looking(
+        &vec![&record as &(dyn Fn(usize) + Sync); threads],
+        records,
+        || {
             let r = m.take();
             assert_eq!(r.sum, r.count as f64);
             taken += r.count;
-        }
-    });
+            nonempty += usize::from(r.count > 0);
+        },
+    );
+    assert!(nonempty > 1, "no take while the records ran");
     taken += m.take().count;
     assert_eq!(
         taken,
