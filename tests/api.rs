@@ -1,5 +1,7 @@
 //! Issue 10's trainer-facing API: any ndarray in, typed dimensions, scaled adds, scalars.
 
+mod common;
+
 use mvtensor::{CriticalSection, Error, Store, Variable};
 use ndarray::{arr0, arr1, arr2, s, ArcArray, Array1, Array2, ArrayD, Ix0, Ix1, Ix2, IxDyn};
 
@@ -246,30 +248,31 @@ fn read_all_never_sees_half_an_execution() {
         .resource(&moves)
         .build()
         .unwrap();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..rounds {
-                    transfer
-                        .execute(|tx| {
-                            tx.assign_sub(&a, &Array1::ones(4))?;
-                            tx.assign_add(&b, &Array1::ones(4))?;
-                            tx.write(&moves)?[()] += 1;
-                            Ok::<_, Error>(())
-                        })
-                        .unwrap();
-                }
-            });
-        }
-        for _ in 0..rounds {
+    let step = |_| {
+        transfer
+            .execute(|tx| {
+                tx.assign_sub(&a, &Array1::ones(4))?;
+                tx.assign_add(&b, &Array1::ones(4))?;
+                tx.write(&moves)?[()] += 1;
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+    };
+    let total = (rounds * threads) as i64;
+    let mut mid_way = 0; // looks between the first execution and the last
+    common::while_looking(
+        &vec![&step as &(dyn Fn(usize) + Sync); threads],
+        rounds,
+        || {
             let (sa, sb, n) = mvtensor::read_all((&a, &b, &moves));
             assert_eq!(&*sa + &*sb, Array1::from_elem(4, 1000), "half an execution");
             assert_eq!(sb[0], n[()], "the counter moves with the transfer");
             let all = mvtensor::read_all(&[a.clone(), b.clone()][..]);
             assert_eq!(all[0][1] + all[1][1], 1000);
-        }
-    });
-    let total = (rounds * threads) as i64;
+            mid_way += usize::from(n[()] > 0 && n[()] < total);
+        },
+    );
+    assert!(mid_way > 0, "no look while the executions ran");
     assert_eq!(
         mvtensor::read_all([&a, &b]).map(|s| s[0]),
         [1000 - total, total]
