@@ -153,27 +153,28 @@ fn failures_in_a_batch_roll_back_alone() {
 fn resources_do_not_change_under_an_execution() {
     let x = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[16])));
     let cs = CriticalSection::builder().resource(&x).build().unwrap();
-    let (writers, writes, executions) = (2, scaled(5, 300), scaled(5, 300));
-    std::thread::scope(|s| {
-        for _ in 0..writers {
-            s.spawn(|| {
-                for _ in 0..writes {
-                    x.assign_add(&ArrayD::ones(IxDyn(&[16]))).unwrap();
-                }
-            });
-        }
-        for _ in 0..executions {
+    let (writers, writes) = (2, scaled(5, 300));
+    let write = |_| {
+        x.assign_add(&ArrayD::ones(IxDyn(&[16]))).unwrap();
+    };
+    let mut mid_way = 0; // executions between the first write and the last
+    common::while_looking(
+        &vec![&write as &(dyn Fn(usize) + Sync); writers],
+        writes,
+        || {
             cs.execute(|tx| {
                 let first = tx.read(&x)?.to_owned();
                 for _ in 0..10 {
                     drop(std::hint::black_box(x.read())); // plain reads never wait either
                     assert_eq!(*tx.read(&x)?, first, "a resource changed mid-execution");
                 }
+                mid_way += usize::from(first[0] > 0 && first[0] < (writers * writes) as i64);
                 Ok::<_, Error>(())
             })
             .unwrap();
-        }
-    });
+        },
+    );
+    assert!(mid_way > 0, "no execution while the writes ran");
     assert!(x.read().iter().all(|&e| e == (writers * writes) as i64));
 }
 
