@@ -138,30 +138,34 @@ fn plain_writes_wait_for_the_sections_tickets() {
     let rounds = scaled(20, 2000);
     let table = PagedVariable::new(Array2::<i64>::zeros((64, 4))).unwrap();
     let section = CriticalSection::builder().paged(&table).build().unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..rounds {
-                table.scatter_add(&[i % 64, 0], &ones(2, 4)).unwrap();
-            }
-        });
-        s.spawn(|| {
-            for i in 0..rounds {
-                section
-                    .execute(|tx| {
-                        let before = tx.gather(&table, &[0, i % 64])?;
-                        // A plain write between these two reads would show here.
-                        for _ in 0..50 {
-                            std::hint::spin_loop();
-                        }
-                        assert_eq!(tx.gather(&table, &[0, i % 64])?, before);
-                        tx.scatter_add(&table, &[i % 64], &ones(1, 4))?;
-                        Ok::<_, Error>(())
-                    })
-                    .unwrap();
-            }
-        });
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let written = AtomicUsize::new(0);
+    let write = |i: usize| {
+        table.scatter_add(&[i % 64, 0], &ones(2, 4)).unwrap();
+        written.fetch_add(1, Ordering::SeqCst);
+    };
+    let (mut executions, mut mid_way) = (0, 0);
+    common::while_looking(&[&write], rounds, || {
+        let i = executions;
+        let writes = written.load(Ordering::SeqCst);
+        mid_way += usize::from(writes > 0 && writes < rounds);
+        section
+            .execute(|tx| {
+                let before = tx.gather(&table, &[0, i % 64])?;
+                // A plain write between these two reads would show here.
+                for _ in 0..50 {
+                    std::hint::spin_loop();
+                }
+                assert_eq!(tx.gather(&table, &[0, i % 64])?, before);
+                tx.scatter_add(&table, &[i % 64], &ones(1, 4))?;
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        executions += 1;
     });
-    assert_eq!(sum(&table), 4 * 3 * rounds as i64, "a lost update");
+    assert!(mid_way > 0, "no execution while the plain writes ran");
+    let expected = 4 * (2 * rounds + executions) as i64;
+    assert_eq!(sum(&table), expected, "a lost update");
 }
 
 /// A reader that sees a section's rows must see its dense write too: the table is read

@@ -103,10 +103,11 @@ pub fn steps_while_looking(
 }
 
 /// Runs `op(0)`, `op(1)`, ... `op(ops - 1)` of each of `writers` on a thread of its own
-/// while this thread calls `look` until they are all done, in lockstep: a writer makes its
-/// `i`-th call only once `look` has run `i` times, and `look` runs for the `j`-th time only
-/// once the writers have made `j - 1` calls together, so the looks see the writes in
-/// progress. (A looking loop that nothing paced saw only the end: on 2 cores the writers
+/// while this thread calls `look` until they are all done, in lockstep up to a window of
+/// `w = min(8, ops / 8)`: a writer makes its `i`-th call only once `look` has run `i - w`
+/// times, and `look` runs for the `j`-th time only once the writers have made `j - 1 - w`
+/// calls together, so the looks see the writes in progress (the window saves a hand-off per
+/// call when the threads outnumber the cores). (A looking loop that nothing paced saw only the end: on 2 cores the writers
 /// were often done before it began, or ran while it waited for a core.) A `look` that
 /// panics lets the writers finish, so that the test fails instead of hanging.
 #[allow(dead_code)] // not every test file races readers against writers
@@ -124,13 +125,14 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
         AtomicUsize::new(0),
         AtomicUsize::new(0),
     );
+    let window = (ops / 8).min(8);
     std::thread::scope(|s| {
         for op in writers {
             let (done, looks, calls) = (&done, &looks, &calls);
             s.spawn(move || {
                 for i in 0..ops {
-                    while looks.load(Ordering::SeqCst) < i {
-                        std::hint::spin_loop();
+                    while looks.load(Ordering::SeqCst) + window < i {
+                        std::thread::yield_now(); // the looker may need this core
                     }
                     op(i);
                     calls.fetch_add(1, Ordering::SeqCst);
@@ -141,12 +143,12 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
         let _release = Release(&looks);
         let mut looked = 0;
         while done.load(Ordering::SeqCst) < writers.len() {
-            if calls.load(Ordering::SeqCst) + 1 >= looked {
+            if calls.load(Ordering::SeqCst) + 1 + window >= looked {
                 look();
                 looked += 1;
                 looks.store(looked, Ordering::SeqCst);
             } else {
-                std::hint::spin_loop();
+                std::thread::yield_now(); // a writer may need this core
             }
         }
     });
