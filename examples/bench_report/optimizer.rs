@@ -115,12 +115,15 @@ impl Report<'_> {
                  install, commit and retirement ~1.1k, the rewrite, the bias corrections \
                  (`powi`) and the shape checks inside the step ~1.2k; none is large alone. \
                  With more threads than cores a section serves callers in arrival order \
-                 (its contract), so most steps are run by another thread's batch and end \
-                 with waking their caller, where a mutex lets the unlocking thread take the \
-                 lock straight back (barging) while the others sleep (`perf stat`, 4 \
-                 threads, 400k steps, state apart: 1.4 context switches a step against \
-                 0.02-0.08 under std's Mutex): what a thread count loses beyond the \
-                 one-thread cost is that.",
+                 (its contract), so most steps are run by another thread's batch; callers \
+                 spin while cores are free (one at a time here) and the others park, so \
+                 such a step ends with waking its caller, where a mutex lets the unlocking \
+                 thread take the lock straight back (barging) while the others sleep \
+                 (`perf stat`, 4 threads, 400k steps, state apart, before callers spun: 1.4 \
+                 context switches a step against 0.02-0.08 under std's Mutex). With cores \
+                 to spare the waiters spin and nobody is woken: on 16 cores the packed \
+                 step made 0.93-0.98x the best mutex at 4 threads and 0.78-0.86x at 8-16 \
+                 (docs/benchmarks-16-cores).",
                 worst.1,
                 worst.0,
                 latency(ns(self.optimizer(1, OptimizerVariant::MvPacked))),
