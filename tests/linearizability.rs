@@ -11,22 +11,55 @@ use mvtensor::{read_all, CriticalSection, Error, Variable};
 use ndarray::arr0;
 
 /// Runs `threads` threads of `ops` operations each, `op(thread, i)` choosing and running one
-/// through the clock; returns the merged history.
+/// through the clock; returns the merged history. The threads start together, each waiting
+/// until all have arrived (spawned one by one, each ran its few operations before the next
+/// began).
 fn history<I: Clone + Send, O: Send>(
     threads: usize,
     ops: usize,
     op: impl Fn(&Clock, usize, usize) -> Op<I, O> + Sync,
 ) -> Vec<Op<I, O>> {
-    let clock = Clock::default();
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (clock, arrived) = (Clock::default(), AtomicUsize::new(0));
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let (clock, op) = (&clock, &op);
-                s.spawn(move || (0..ops).map(|i| op(clock, t, i)).collect::<Vec<_>>())
+                let (clock, op, arrived) = (&clock, &op, &arrived);
+                s.spawn(move || {
+                    arrived.fetch_add(1, SeqCst);
+                    while arrived.load(SeqCst) < threads {
+                        std::thread::yield_now(); // one still to arrive may need the core
+                    }
+                    (0..ops).map(|i| op(clock, t, i)).collect::<Vec<_>>()
+                })
             })
             .collect();
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// Counts the histories whose operations overlap in time (so that the check has orders to
+/// choose between); a test whose every history was sequential could not fail.
+#[derive(Default)]
+struct Overlaps(usize);
+
+impl Overlaps {
+    fn count<I, O>(&mut self, history: &[Op<I, O>]) {
+        let overlap = |a: &Op<I, O>, b: &Op<I, O>| a.call < b.call && b.call < a.ret;
+        self.0 += usize::from(
+            history
+                .iter()
+                .any(|a| history.iter().any(|b| overlap(a, b))),
+        );
+    }
+}
+
+impl Drop for Overlaps {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            assert!(self.0 > 0, "no history had operations that overlap");
+        }
+    }
 }
 
 fn rounds() -> usize {
@@ -65,6 +98,7 @@ impl Model for Register {
 
 #[test]
 fn set_and_get_form_a_linearizable_register() {
+    let mut overlaps = Overlaps::default();
     for round in 0..rounds() {
         let r = Variable::scalar(0i64);
         let h = history(3, 6, |clock, t, i| {
@@ -81,6 +115,7 @@ fn set_and_get_form_a_linearizable_register() {
                 Reg::Get => Some(r.get()),
             })
         });
+        overlaps.count(&h);
         assert!(
             linearizable(&Register, &h),
             "round {round}: not linearizable"
@@ -106,11 +141,13 @@ impl Model for Counter {
 
 #[test]
 fn fetch_add_is_a_linearizable_counter() {
+    let mut overlaps = Overlaps::default();
     for round in 0..rounds() {
         let c = Variable::scalar(0i64);
         let h = history(4, 8, |clock, _, _| {
             clock.record((), |_| c.fetch_add(1).unwrap())
         });
+        overlaps.count(&h);
         assert!(linearizable(&Counter, &h), "round {round}");
     }
 }
@@ -189,6 +226,7 @@ impl Model for Versioned {
 
 #[test]
 fn compare_and_set_is_linearizable() {
+    let mut overlaps = Overlaps::default();
     for round in 0..rounds() {
         let v = Variable::new(arr0(0i64));
         let h = history(3, 6, |clock, t, i| {
@@ -212,6 +250,7 @@ fn compare_and_set_is_linearizable() {
                 }
             })
         });
+        overlaps.count(&h);
         assert!(linearizable(&Versioned, &h), "round {round}");
     }
 }
@@ -249,6 +288,7 @@ impl Model for Accounts {
 
 #[test]
 fn transfers_and_read_all_are_linearizable() {
+    let mut overlaps = Overlaps::default();
     for round in 0..rounds() {
         let (a, b) = (Variable::scalar(100i64), Variable::scalar(0i64));
         let cs = CriticalSection::builder()
@@ -278,6 +318,7 @@ fn transfers_and_read_all_are_linearizable() {
                 }
             })
         });
+        overlaps.count(&h);
         assert!(linearizable(&Accounts, &h), "round {round}");
     }
 }

@@ -38,9 +38,13 @@ pub struct Op<I, O> {
 pub struct Clock(AtomicU64);
 
 impl Clock {
-    /// Runs `f(input)` and records it.
+    /// Runs `f(input)` and records it. Between the call's time and `f`, the thread yields:
+    /// an operation of a few nanoseconds otherwise began and ended before any other thread
+    /// got to run (on 2 loaded cores, every history of 300 rounds was sequential), and a
+    /// wider interval is still a sound one (the operation takes effect inside it).
     pub fn record<I: Clone, O>(&self, input: I, f: impl FnOnce(&I) -> O) -> Op<I, O> {
         let call = self.0.fetch_add(1, Ordering::SeqCst);
+        std::thread::yield_now();
         let output = f(&input);
         let ret = self.0.fetch_add(1, Ordering::SeqCst);
         Op {
