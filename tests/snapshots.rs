@@ -26,21 +26,23 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
     let writers_done = AtomicBool::new(false);
     let (a, b, bank) = (&a, &b, &bank);
 
-    std::thread::scope(|s| {
-        let writers: Vec<_> = (0..4)
-            .map(|t| {
-                s.spawn(move || {
-                    for i in 0..transfers_each as i64 {
-                        let amount = arr0((i + t) % 7 - 3).into_dyn();
-                        bank.execute(|tx| {
-                            tx.assign_sub(a, &amount)?;
-                            tx.assign_add(b, &amount)
-                        })
-                        .unwrap();
-                    }
-                })
+    let transferred = AtomicUsize::new(0);
+    let transfer = |t: i64| {
+        let transferred = &transferred;
+        move |i: usize| {
+            let amount = arr0((i as i64 + t) % 7 - 3).into_dyn();
+            bank.execute(|tx| {
+                tx.assign_sub(a, &amount)?;
+                tx.assign_add(b, &amount)
             })
-            .collect();
+            .unwrap();
+            transferred.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let writers: Vec<_> = (0..4).map(transfer).collect();
+    let writers: Vec<&(dyn Fn(usize) + Sync)> = writers.iter().map(|w| w as _).collect();
+
+    std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
                 let mut last = 0;
@@ -58,8 +60,25 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
                 }
             });
         }
-        writers.into_iter().for_each(|w| w.join().unwrap());
-        writers_done.store(true, Ordering::Release);
+        // One more reader, in lockstep with the transfers: it sees them in progress. The
+        // transfers are over when it returns, or fails (then the readers above stop too).
+        struct Over<'a>(&'a AtomicBool);
+        impl Drop for Over<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _over = Over(&writers_done);
+        let mut mid_way = 0;
+        common::while_looking(&writers, transfers_each, || {
+            let done = transferred.load(Ordering::SeqCst);
+            let snap = store.snapshot();
+            let sum =
+                snap.get::<i64, IxDyn>("a").unwrap()[[]] + snap.get::<i64, IxDyn>("b").unwrap()[[]];
+            assert_eq!(sum, 1000, "a snapshot saw part of a transfer");
+            mid_way += usize::from(done > 0 && done < 4 * transfers_each);
+        });
+        assert!(mid_way > 0, "no snapshot while the transfers ran");
     });
     assert_eq!(a.read()[[]] + b.read()[[]], 1000);
     assert!(taken.load(Ordering::Relaxed) >= snapshots_wanted);
