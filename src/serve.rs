@@ -143,7 +143,7 @@ impl Waiters<'_> {
 /// The pending requests of one variable or section, and the flag of the thread serving them.
 pub(crate) struct Server<P> {
     requests: Announcements<Request<P>>,
-    /// Callers that may park spinning instead now ([`Spinning`]).
+    /// [`Wait::SpinIfCoresFree`] callers spinning now ([`Spinning`]).
     spinning: AtomicUsize,
 }
 
@@ -336,8 +336,9 @@ struct Spinning<'s>(&'s AtomicUsize);
 
 impl<'s> Spinning<'s> {
     fn enter(count: &'s AtomicUsize) -> Option<Self> {
-        // Relaxed: a count for a heuristic; nothing is published through it, and a stale
-        // value only lets one caller too many (or too few) spin for a while.
+        // Relaxed: the count orders nothing (it only picks how a caller waits); being
+        // read-modify-writes of one atomic, the increments and decrements still see each
+        // other, so at most `spin_budget` callers count as spinning at once.
         if count.fetch_add(1, Ordering::Relaxed) < spin_budget() {
             Some(Self(count))
         } else {
