@@ -110,7 +110,7 @@ mod tests {
                         for i in 0..rounds {
                             arrived.fetch_add(1, Ordering::SeqCst);
                             while arrived.load(Ordering::SeqCst) < 2 * (i + 1) {
-                                std::hint::spin_loop();
+                                std::thread::yield_now(); // the other may need this core
                             }
                             let ticket = queue.enter();
                             numbers.push(ticket.number());

@@ -107,9 +107,10 @@ pub fn steps_while_looking(
 /// `w = min(8, ops / 8)`: a writer makes its `i`-th call only once `look` has run `i - w`
 /// times, and `look` runs for the `j`-th time only once the writers have made `j - 1 - w`
 /// calls together, so the looks see the writes in progress (the window saves a hand-off per
-/// call when the threads outnumber the cores). (A looking loop that nothing paced saw only the end: on 2 cores the writers
-/// were often done before it began, or ran while it waited for a core.) A `look` that
-/// panics lets the writers finish, so that the test fails instead of hanging.
+/// call when the threads outnumber the cores). A looking loop that nothing paced saw only
+/// the end: on 2 cores the writers were often done before it began, or ran while it waited
+/// for a core. A `look` that panics lets the writers finish, so that the test fails instead
+/// of hanging.
 #[allow(dead_code)] // not every test file races readers against writers
 pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: impl FnMut()) {
     use std::sync::atomic::{AtomicUsize, Ordering};
