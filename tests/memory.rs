@@ -1,7 +1,7 @@
 //! Promise 7: memory stays bounded under endless writes. One test per file, so that the
 //! resident-memory reading belongs to this workload alone.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use mvtensor::Variable;
 use ndarray::{ArrayD, IxDyn};
@@ -22,6 +22,28 @@ fn rss_bytes() -> Option<usize> {
     Some(pages * 4096)
 }
 
+/// The writer's count of writes made, and the most made during one reader's call.
+#[derive(Default)]
+struct Writes {
+    made: AtomicU64,
+    longest: AtomicU64,
+}
+
+impl Writes {
+    /// Runs a reader's call, counting the writes made meanwhile (an upper bound on those
+    /// made while it was pinned).
+    fn during<T>(&self, call: impl FnOnce() -> T) -> T {
+        // Acquire: pairs with the writer's Release increments, so that the count read after
+        // the call is at least the one read before.
+        let before = self.made.load(Ordering::Acquire);
+        let out = call();
+        let during = self.made.load(Ordering::Acquire) - before;
+        // Relaxed: read after the threads are joined.
+        self.longest.fetch_max(during, Ordering::Relaxed);
+        out
+    }
+}
+
 /// 100,000 writes to a 1 MiB variable while a pinned reader takes short reads, an owned
 /// reader sums whole snapshots and another holds each snapshot across a hundred writes (as a
 /// checkpointer would): live versions stay within a small constant, and so does RSS.
@@ -31,7 +53,7 @@ fn rss_bytes() -> Option<usize> {
 /// (seen here: 60+ live versions with two pinned summing readers on two cores).
 #[test]
 fn hundred_thousand_writes_keep_memory_bounded() {
-    let (len, writes) = if cfg!(miri) {
+    let (len, writes_total) = if cfg!(miri) {
         (16, 100)
     } else {
         (MIB / 4, 100_000)
@@ -41,19 +63,24 @@ fn hundred_thousand_writes_keep_memory_bounded() {
     let rss_start = rss_bytes();
     let done = AtomicBool::new(false);
     let max_live = AtomicUsize::new(0);
+    // A reader pins inside each call (`read`, `read_owned`, `version`), and one that loses
+    // its core while pinned holds back every version retired until it runs again, for as
+    // long as the scheduler chooses (a whole timeslice, longer on a loaded machine). So each
+    // reader counts the writes made during its calls, and the bound allows for the longest.
+    let writes = Writes::default();
 
     std::thread::scope(|s| {
         // A short reader: pins, looks at one element, unpins.
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
-                let snap = v.read();
+                let snap = writes.during(|| v.read());
                 assert_eq!(snap[[len - 1]], snap.version() as f32);
             }
         });
         // A long reader: sums whole snapshots without pinning.
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
-                let snap = v.read_owned();
+                let snap = writes.during(|| v.read_owned());
                 let version = snap.version() as f32;
                 assert!(snap.iter().all(|&x| x == version), "torn or stale snapshot");
             }
@@ -61,9 +88,10 @@ fn hundred_thousand_writes_keep_memory_bounded() {
         // A long reader: holds an owned snapshot across many writes, as a checkpointer would.
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
-                let held = v.read_owned();
+                let held = writes.during(|| v.read_owned());
                 let version = held.version();
-                while !done.load(Ordering::Acquire) && v.version() < version + 100 {
+                while !done.load(Ordering::Acquire) && writes.during(|| v.version()) < version + 100
+                {
                     std::thread::yield_now(); // polling, not synchronisation: `done` ends it
                 }
                 assert!(
@@ -72,8 +100,9 @@ fn hundred_thousand_writes_keep_memory_bounded() {
                 );
             }
         });
-        for i in 0..writes {
+        for i in 0..writes_total {
             v.assign_add(&delta).unwrap();
+            writes.made.fetch_add(1, Ordering::Release);
             if i % 64 == 0 {
                 max_live.fetch_max(v.stats().live_versions, Ordering::Relaxed);
             }
@@ -88,23 +117,29 @@ fn hundred_thousand_writes_keep_memory_bounded() {
     quiesce();
     let stats = v.stats();
     let rss_end = rss_bytes();
-    assert_eq!(v.version(), writes as u64 + 1);
-    assert_eq!(v.read()[[0]], writes as f32 + 1.0);
+    assert_eq!(v.version(), writes_total as u64 + 1);
+    assert_eq!(v.read()[[0]], writes_total as f32 + 1.0);
     let max_live = max_live.load(Ordering::Relaxed);
+    let longest = writes.longest.load(Ordering::Relaxed) as usize;
     eprintln!(
-        "{writes} writes of {} KiB: at most {max_live} live versions, {} at the end; \
-         RSS {:?} MiB -> {:?} MiB",
+        "{writes_total} writes of {} KiB: at most {max_live} live versions, {} at the end; \
+         RSS {:?} MiB -> {:?} MiB; the longest reader's call spanned {longest} writes",
         len * 4 / 1024,
         stats.live_versions,
         rss_start.map(|b| b / MIB),
         rss_end.map(|b| b / MIB),
     );
     // 100,000 writes churn 100 GB. What stays is the current version, one per owned reader,
-    // two spares in the pool, and what the epoch has not reclaimed yet. The last is bounded by
-    // the writes made while some reader sits pinned; with more threads than cores a reader
-    // can be descheduled mid-read for a whole timeslice (seen here: up to ~45 versions on 2
-    // cores). A constant, never a function of the number of writes.
-    assert!(max_live <= 128, "{max_live} live versions");
+    // two spares in the pool, and what the epoch has not reclaimed yet: the versions retired
+    // while some reader sat pinned (at most the writes made during its longest call), and
+    // those of the few writes before a grace period is seen over. A constant and the
+    // scheduler's longest stall, never a function of the number of writes (seen on 2 cores:
+    // up to ~60 live versions, with reader calls that spanned 90-420 writes: most of a
+    // call's stall is outside its pin).
+    assert!(
+        max_live <= (longest + 32).max(128),
+        "{max_live} live versions; the longest reader's call spanned {longest} writes"
+    );
     // Quiescent, after a write: the current version and two spares (one the version it replaced). (Under
     // miri the tensor is tiny, and small versions are pooled by the batch: no exact count.)
     assert!(
@@ -112,9 +147,10 @@ fn hundred_thousand_writes_keep_memory_bounded() {
         "{} live once quiescent",
         stats.live_versions
     );
+    // Freed buffers the allocator keeps resident are bounded by the most that were live.
     if let (Some(start), Some(end)) = (rss_start, rss_end) {
         assert!(
-            end <= start + 160 * MIB,
+            end <= start + (max_live + 32).max(160) * MIB,
             "RSS grew from {start} to {end} bytes"
         );
     }
