@@ -191,7 +191,7 @@ pub use paged::{
 };
 pub use read_all::{read_all, ReadSet};
 pub use section::{
-    CriticalSection, CriticalSectionBuilder, RowVariable, Txn, TxnMut, TxnRef, TxnRewrite,
+    AnyVariable, CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef, TxnRewrite,
 };
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};

@@ -248,3 +248,115 @@ fn row_operations_take_references_and_arcs() {
         .unwrap();
     assert_eq!((sum(&table), dense.read().sum()), (2, 4));
 }
+
+/// Dense writes of a paged resource (`assign`, `assign_add`, `assign_sub`, `scaled_add`)
+/// mixed with row writes, in executions that commit or fail: after each execution the table
+/// is a sequential model's, and inside one `gather` sees the writes staged before it.
+#[test]
+fn dense_and_row_writes_of_a_paged_resource_match_a_sequential_model() {
+    let (rows, width) = (9, 3);
+    let start = Array2::from_shape_fn((rows, width), |(r, c)| (r * width + c) as i64);
+    let table = PagedVariable::builder(start.clone())
+        .rows_per_page(2)
+        .build()
+        .unwrap();
+    let steps = Variable::new(arr0(0i64));
+    let section = common::table_and_counter(&table, &steps);
+    let mut model = start;
+    let mut seed = 0x2545_f491_u64;
+    let mut next = |bound: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % bound as u64) as usize
+    };
+    let executions = scaled(200, 20);
+    for e in 0..executions {
+        let ops: Vec<(usize, usize, i64)> = (0..1 + next(4))
+            .map(|_| (next(6), next(rows), 1 + next(5) as i64))
+            .collect();
+        let fails = e % 5 == 4;
+        let mut staged = model.clone();
+        section
+            .execute(|tx| {
+                staged.assign(&model);
+                for &(op, row, k) in &ops {
+                    let delta = Array2::from_elem((rows, width), k);
+                    match op {
+                        0 => tx.assign_add(&table, &delta)?,
+                        1 => tx.assign_sub(&table, &delta)?,
+                        2 => tx.scaled_add(&table, -2, &delta)?,
+                        3 => tx.assign(&table, delta.clone())?,
+                        4 => tx.scatter_add(&table, &[row, row], &ones(2, width))?,
+                        _ => tx.scatter_update(&table, &[row], &(ones(1, width) * k))?,
+                    }
+                    match op {
+                        0 => staged += &delta,
+                        1 => staged -= &delta,
+                        2 => staged.scaled_add(-2, &delta),
+                        3 => staged.assign(&delta),
+                        4 => staged.row_mut(row).mapv_inplace(|x| x + 2),
+                        _ => staged.row_mut(row).fill(k),
+                    }
+                    let all: Vec<usize> = (0..rows).collect();
+                    assert_eq!(tx.gather(&table, &all)?, staged.clone().into_dyn());
+                }
+                tx.assign_add(&steps, &arr0(1))?;
+                if fails {
+                    return Err(Error::Reentrant {
+                        running: "a test".into(),
+                        attempted: "to fail".into(),
+                    });
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| assert!(fails, "{e}"));
+        if !fails {
+            model.assign(&staged);
+        }
+        assert_eq!(
+            table.read().to_array(),
+            model.clone().into_dyn(),
+            "after {e}"
+        );
+    }
+    assert_eq!(steps.read()[[]], executions as i64 - executions as i64 / 5);
+}
+
+#[test]
+fn a_dense_write_of_a_paged_resource_checks_its_shape_and_the_set() {
+    let table = PagedVariable::builder(Array2::<i64>::zeros((4, 2)))
+        .name("table")
+        .build()
+        .unwrap();
+    let other = PagedVariable::new(Array2::<i64>::zeros((4, 2))).unwrap();
+    let section = CriticalSection::builder().paged(&table).build().unwrap();
+    section
+        .execute(|tx| {
+            let wrong = Array2::<i64>::ones((2, 4));
+            for refused in [
+                tx.assign_add(&table, &wrong),
+                tx.assign_sub(&table, &wrong),
+                tx.scaled_add(&table, 2, &wrong),
+                tx.assign(&table, wrong.clone()),
+            ] {
+                match refused {
+                    Err(Error::ShapeMismatch { variable, .. }) => assert_eq!(variable, "table"),
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert!(matches!(
+                tx.assign_add(&other, &ones(4, 2)),
+                Err(Error::NotInResourceSet { .. })
+            ));
+            assert_eq!(
+                tx.gather(&table, &[0, 3])?,
+                Array2::<i64>::zeros((2, 2)).into_dyn()
+            );
+            tx.assign_add(&table, &ones(4, 2))
+        })
+        .unwrap();
+    assert_eq!(table.read().to_array(), ones(4, 2).into_dyn());
+    assert_eq!(table.version(), 1);
+    assert_eq!(other.version(), 0);
+}

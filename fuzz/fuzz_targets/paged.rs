@@ -93,6 +93,9 @@ enum Op {
     },
 }
 
+/// A step of an execution: by `kind % 5`, a row write as [`Op::Rows`] (0-2), a dense add
+/// (3) or a whole assign (4) of `fill` everywhere; `bad_width` gives its values a row too
+/// wide (a refused step).
 #[derive(Arbitrary, Debug)]
 struct Step {
     kind: u8,
@@ -234,15 +237,39 @@ fuzz_target!(|input: Input| {
                         let ids: Vec<usize> =
                             step.indices.iter().map(|&i| i as usize % bound).collect();
                         let w = if step.bad_width { width + 1 } else { width };
-                        let values = Array2::from_elem((ids.len(), w), i64::from(step.fill));
-                        let result = match step.kind % 3 {
-                            0 => tx.scatter_add(&table, &ids, &values),
-                            1 => tx.scatter_scaled_add(&table, 3, &ids, &values),
-                            _ => tx.scatter_update(&table, &ids, &values),
-                        };
-                        if !expect_refused(&result, &ids, rows, width, w) {
-                            apply_rows(&mut seen, step.kind, &ids, &values);
-                            staged = true;
+                        if step.kind % 5 >= 3 {
+                            // A dense write of the whole table: an add, or an assign.
+                            let whole = Array2::from_elem((rows, w), i64::from(step.fill));
+                            let result = if step.kind % 5 == 3 {
+                                tx.assign_add(&table, &whole)
+                            } else {
+                                tx.assign(&table, whole.clone())
+                            };
+                            if step.bad_width {
+                                assert!(
+                                    matches!(result, Err(Error::ShapeMismatch { .. })),
+                                    "{result:?}"
+                                );
+                            } else {
+                                assert!(result.is_ok(), "{result:?}");
+                                if step.kind % 5 == 3 {
+                                    seen += &whole;
+                                } else {
+                                    seen.assign(&whole);
+                                }
+                                staged = true;
+                            }
+                        } else {
+                            let values = Array2::from_elem((ids.len(), w), i64::from(step.fill));
+                            let result = match step.kind % 3 {
+                                0 => tx.scatter_add(&table, &ids, &values),
+                                1 => tx.scatter_scaled_add(&table, 3, &ids, &values),
+                                _ => tx.scatter_update(&table, &ids, &values),
+                            };
+                            if !expect_refused(&result, &ids, rows, width, w) {
+                                apply_rows(&mut seen, step.kind, &ids, &values);
+                                staged = true;
+                            }
                         }
                         let valid: Vec<usize> = ids.iter().copied().filter(|&i| i < rows).collect();
                         let gathered = tx.gather(&table, &valid)?;

@@ -15,6 +15,7 @@
 //!
 //! **No starvation.** Tickets are served first come, first served.
 
+mod any_variable;
 mod batch;
 mod claims;
 mod guards;
@@ -33,9 +34,9 @@ use ndarray::Dimension;
 use paged_slot::PagedSlot;
 use slot::{AnySlot, Slot};
 
+pub use any_variable::AnyVariable;
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef, TxnRewrite};
-pub use rows::RowVariable;
 pub use txn::Txn;
 
 use crate::error::Error;

@@ -3,67 +3,18 @@
 
 use ndarray::{ArrayD, ArrayRef, Axis, Dimension};
 
+use super::any_variable::private::Target;
+use super::any_variable::AnyVariable;
 use super::paged_slot::PagedSlot;
 use super::slot::Init;
 use super::Txn;
-use crate::error::{check_has_rows, check_indices, check_rows, Result};
+use crate::error::{check_has_rows, check_indices, check_rows, check_shape, Result};
 use crate::kernel::{standard_elements, Delta, Op};
-use crate::{Element, PagedVariable, Variable};
-
-/// A variable whose rows an execution can scatter into and gather from: a [`Variable`] or a
-/// [`PagedVariable`] (or a reference or `Arc` to one). Sealed: implemented by those only.
-pub trait RowVariable<A: Element>: private::Sealed<A> {}
-
-mod private {
-    use crate::{Element, PagedVariable, Variable};
-
-    pub trait Sealed<A: Element> {
-        /// Which of the two it is.
-        fn row_target(&self) -> RowTarget<'_, A>;
-    }
-
-    /// What a [`RowVariable`](super::RowVariable) is.
-    #[derive(Debug)]
-    pub enum RowTarget<'v, A: Element> {
-        Dense(&'v Variable<A>),
-        Paged(&'v PagedVariable<A>),
-    }
-}
-
-use private::{RowTarget, Sealed};
-
-impl<A: Element, D: Dimension> Sealed<A> for Variable<A, D> {
-    fn row_target(&self) -> RowTarget<'_, A> {
-        RowTarget::Dense(self.erased())
-    }
-}
-
-impl<A: Element> Sealed<A> for PagedVariable<A> {
-    fn row_target(&self) -> RowTarget<'_, A> {
-        RowTarget::Paged(self)
-    }
-}
-
-impl<A: Element, T: Sealed<A> + ?Sized> Sealed<A> for &T {
-    fn row_target(&self) -> RowTarget<'_, A> {
-        (**self).row_target()
-    }
-}
-
-impl<A: Element, T: Sealed<A> + ?Sized> Sealed<A> for std::sync::Arc<T> {
-    fn row_target(&self) -> RowTarget<'_, A> {
-        (**self).row_target()
-    }
-}
-
-impl<A: Element, D: Dimension> RowVariable<A> for Variable<A, D> {}
-impl<A: Element> RowVariable<A> for PagedVariable<A> {}
-impl<A: Element, T: RowVariable<A> + ?Sized> RowVariable<A> for &T {}
-impl<A: Element, T: RowVariable<A> + ?Sized> RowVariable<A> for std::sync::Arc<T> {}
+use crate::{Element, PagedVariable};
 
 impl Txn<'_> {
     /// Adds `rows[i]` to row `indices[i]` (a repeated index receives each of its rows), as
-    /// [`Variable::scatter_add`] and [`PagedVariable::scatter_add`] do. On a dense variable
+    /// [`Variable::scatter_add`](crate::Variable::scatter_add) and [`PagedVariable::scatter_add`] do. On a dense variable
     /// it changes the working copy; on a paged one it is staged, and the commit copies only
     /// the pages the batch touched.
     ///
@@ -95,11 +46,11 @@ impl Txn<'_> {
     /// execution holds a borrow of.
     pub fn scatter_add<A: Element, E: Dimension>(
         &self,
-        variable: &impl RowVariable<A>,
+        variable: &impl AnyVariable<A>,
         indices: &[usize],
         rows: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.scatter(variable.row_target(), indices, rows, Op::Add)
+        self.scatter(variable.target(), indices, rows, Op::Add)
     }
 
     /// `row += alpha * rows[i]` for every `i`: a sparse SGD step.
@@ -108,12 +59,12 @@ impl Txn<'_> {
     /// As for [`scatter_add`](Self::scatter_add).
     pub fn scatter_scaled_add<A: Element, E: Dimension>(
         &self,
-        variable: &impl RowVariable<A>,
+        variable: &impl AnyVariable<A>,
         alpha: A,
         indices: &[usize],
         rows: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.scatter(variable.row_target(), indices, rows, Op::Scaled(alpha))
+        self.scatter(variable.target(), indices, rows, Op::Scaled(alpha))
     }
 
     /// Sets row `indices[i]` to `rows[i]`; where an index repeats, its last row wins.
@@ -122,11 +73,11 @@ impl Txn<'_> {
     /// As for [`scatter_add`](Self::scatter_add).
     pub fn scatter_update<A: Element, E: Dimension>(
         &self,
-        variable: &impl RowVariable<A>,
+        variable: &impl AnyVariable<A>,
         indices: &[usize],
         rows: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.scatter(variable.row_target(), indices, rows, Op::Assign)
+        self.scatter(variable.target(), indices, rows, Op::Assign)
     }
 
     /// The rows `indices` (shape `[indices.len(), ..]`) as this execution sees them: with
@@ -140,17 +91,17 @@ impl Txn<'_> {
     /// dense one.
     pub fn gather<A: Element>(
         &self,
-        variable: &impl RowVariable<A>,
+        variable: &impl AnyVariable<A>,
         indices: &[usize],
     ) -> Result<ArrayD<A>> {
-        match variable.row_target() {
-            RowTarget::Dense(variable) => {
+        match variable.target() {
+            Target::Dense(variable) => {
                 let value = self.read(variable)?;
                 check_has_rows(variable.name(), value.shape())?;
                 check_indices(variable.name(), value.shape()[0], indices)?;
                 Ok(value.select(Axis(0), indices))
             }
-            RowTarget::Paged(variable) => {
+            Target::Paged(variable) => {
                 match self.slot_as::<PagedSlot<A>>(variable.inner.id, variable.name()) {
                     Ok(slot) => slot.gather(indices, self.guard()),
                     Err(_) => variable.gather(indices),
@@ -159,22 +110,37 @@ impl Txn<'_> {
         }
     }
 
-    /// Stages `value` (of the variable's shape, checked by the caller) as the paged
-    /// variable's whole new value: what [`Store::restore`](crate::Store::restore) does.
-    pub(crate) fn assign_paged<A: Element>(
+    /// Stages `value` as the paged variable's whole new value (what
+    /// [`Store::restore`](crate::Store::restore) and [`assign`](Self::assign) do).
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`](crate::Error::NotInResourceSet),
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch): nothing is staged then.
+    pub(crate) fn assign_paged<A: Element, E: Dimension>(
         &self,
         variable: &PagedVariable<A>,
-        value: &ArrayD<A>,
+        value: &ArrayRef<A, E>,
     ) -> Result<()> {
-        let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, variable.name())?;
         let data = standard_elements(value);
-        slot.stage(Delta::dense(value.shape(), &data, Op::Assign));
+        self.stage_paged(variable, Delta::dense(value.shape(), &data, Op::Assign))
+    }
+
+    /// Stages a dense delta of a paged variable, once its shape is checked.
+    pub(super) fn stage_paged<A: Element>(
+        &self,
+        variable: &PagedVariable<A>,
+        delta: Delta<'_, A>,
+    ) -> Result<()> {
+        let layout = &variable.inner.layout;
+        let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, &layout.name)?;
+        check_shape(&layout.name, &layout.shape, delta.shape)?;
+        slot.stage(delta);
         Ok(())
     }
 
     fn scatter<A: Element, E: Dimension>(
         &self,
-        target: RowTarget<'_, A>,
+        target: Target<'_, A>,
         indices: &[usize],
         rows: &ArrayRef<A, E>,
         op: Op<A>,
@@ -187,12 +153,12 @@ impl Txn<'_> {
             rows: Some(indices),
         };
         match target {
-            RowTarget::Dense(variable) => {
+            Target::Dense(variable) => {
                 let slot = self.slot(variable)?;
                 let init = Init::Delta(delta);
                 slot.write(self.section(), init, self.guard()).map(drop)
             }
-            RowTarget::Paged(variable) => {
+            Target::Paged(variable) => {
                 let layout = &variable.inner.layout;
                 let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, &layout.name)?;
                 check_rows(&layout.name, &layout.shape, indices, rows.shape())?;

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use ndarray::{Array, ArrayRef, Dimension};
 use smallvec::SmallVec;
 
+use super::any_variable::private::Target;
+use super::any_variable::AnyVariable;
 use super::guards::{RefInner, TxnMut, TxnRef, TxnRewrite};
 use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
@@ -63,6 +65,14 @@ use crate::{Element, Variable};
 /// [`CriticalSection::execute`](crate::CriticalSection::execute)): each sees the writes of
 /// those before it, exactly as if they had committed one by one, and a failed one is rolled
 /// back to where it began.
+///
+/// **Paged resources** ([`PagedVariable`](crate::PagedVariable)) are written by rows
+/// ([`scatter_add`](Self::scatter_add) and its kin) or whole ([`assign`](Self::assign),
+/// [`assign_add`](Self::assign_add), [`assign_sub`](Self::assign_sub),
+/// [`scaled_add`](Self::scaled_add)) and read by rows ([`gather`](Self::gather)): their
+/// writes are staged and the commit copies the pages they touch, once per batch. A paged
+/// table is never lent whole as an array inside an execution (`read`, `write`, `rewrite` and
+/// `update` take a [`Variable`]): that would be a copy of the table per execution.
 ///
 /// Reading a variable outside the section's resource set is allowed (it shows that
 /// variable's value when first read, unchanged afterwards in this execution), writing one is
@@ -187,17 +197,22 @@ impl<'s> Txn<'s> {
     }
 
     /// Sets the variable's value to `value` (copied into the working copy, or moved in if
-    /// a dynamic-shape variable changes shape).
+    /// a dynamic-shape variable changes shape). On a [`PagedVariable`](crate::PagedVariable)
+    /// it is staged, and the commit writes every page.
     ///
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] unless the shapes match (or the
-    /// variable has a dynamic shape); [`Error::Borrowed`].
-    pub fn assign<A: Element, D: Dimension, E: Dimension>(
+    /// variable has a dynamic shape); [`Error::Borrowed`] on a dense variable this
+    /// execution holds a borrow of.
+    pub fn assign<A: Element, E: Dimension>(
         &self,
-        variable: &Variable<A, D>,
+        variable: &impl AnyVariable<A>,
         value: Array<A, E>,
     ) -> Result<()> {
-        let variable = variable.erased();
+        let variable = match variable.target() {
+            Target::Dense(variable) => variable,
+            Target::Paged(variable) => return self.assign_paged(variable, &value),
+        };
         let slot = self.slot(variable)?;
         variable.check_new_shape(value.shape())?;
         let (data, _borrow) = slot.write(self.section, Init::Overwrite, &self.guard)?;
@@ -210,43 +225,61 @@ impl<'s> Txn<'s> {
     }
 
     /// Adds `delta` to the working copy (in one sweep with the copy, on the first write).
+    /// On a [`PagedVariable`](crate::PagedVariable) it is staged, and the commit copies
+    /// every page with the add.
+    ///
+    /// ```
+    /// use mvtensor::{CriticalSection, Error, PagedVariable, Variable};
+    /// use ndarray::{arr0, Array2};
+    ///
+    /// // A whole-table decay and a step counter, together (a dense write of a paged table).
+    /// let table = PagedVariable::new(Array2::<f32>::ones((100, 4)))?;
+    /// let steps = Variable::new(arr0(0i64));
+    /// let step = CriticalSection::builder().paged(&table).resource(&steps).build()?;
+    /// step.execute(|tx| {
+    ///     tx.scaled_add(&table, -0.5, &table.read().to_array())?;
+    ///     tx.assign_add(&steps, &arr0(1))
+    /// })?;
+    /// assert_eq!((table.read().row(99)?[[0]], steps.read()[[]]), (0.5, 1));
+    /// # Ok::<(), Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `delta` does not have exactly
-    /// the current shape; [`Error::Borrowed`].
-    pub fn assign_add<A: Element, D: Dimension, E: Dimension>(
+    /// the current shape; [`Error::Borrowed`] on a dense variable this execution holds a
+    /// borrow of.
+    pub fn assign_add<A: Element, E: Dimension>(
         &self,
-        variable: &Variable<A, D>,
+        variable: &impl AnyVariable<A>,
         delta: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), delta, Op::Add)
+        self.add(variable.target(), delta, Op::Add)
     }
 
     /// Subtracts `delta` from the working copy.
     ///
     /// # Errors
     /// As for [`assign_add`](Self::assign_add).
-    pub fn assign_sub<A: Element, D: Dimension, E: Dimension>(
+    pub fn assign_sub<A: Element, E: Dimension>(
         &self,
-        variable: &Variable<A, D>,
+        variable: &impl AnyVariable<A>,
         delta: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), delta, Op::Sub)
+        self.add(variable.target(), delta, Op::Sub)
     }
 
     /// `current += alpha * x` (ndarray's `scaled_add`, same argument order and arithmetic),
     /// in one sweep with the copy on the first write, in place after.
     ///
     /// # Errors
-    /// [`Error::NotInResourceSet`]; [`Error::ShapeMismatch`] if `x` does not have exactly the
-    /// current shape; [`Error::Borrowed`].
-    pub fn scaled_add<A: Element, D: Dimension, E: Dimension>(
+    /// As for [`assign_add`](Self::assign_add).
+    pub fn scaled_add<A: Element, E: Dimension>(
         &self,
-        variable: &Variable<A, D>,
+        variable: &impl AnyVariable<A>,
         alpha: A,
         x: &ArrayRef<A, E>,
     ) -> Result<()> {
-        self.add(variable.erased(), x, Op::Scaled(alpha))
+        self.add(variable.target(), x, Op::Scaled(alpha))
     }
 
     /// Sets the value to `f(current)`. Unlike [`Variable::update`], `f` runs exactly once.
@@ -265,14 +298,20 @@ impl<'s> Txn<'s> {
 
     fn add<A: Element, E: Dimension>(
         &self,
-        variable: &Variable<A>,
+        target: Target<'_, A>,
         delta: &ArrayRef<A, E>,
         op: Op<A>,
     ) -> Result<()> {
-        let slot = self.slot(variable)?;
         let data = standard_elements(delta);
-        let init = Init::Delta(Delta::dense(delta.shape(), &data, op));
-        slot.write(self.section, init, &self.guard).map(drop)
+        let delta = Delta::dense(delta.shape(), &data, op);
+        match target {
+            Target::Dense(variable) => {
+                let slot = self.slot(variable)?;
+                slot.write(self.section, Init::Delta(delta), &self.guard)
+                    .map(drop)
+            }
+            Target::Paged(variable) => self.stage_paged(variable, delta),
+        }
     }
 
     fn write_with<A: Element, D: Dimension>(
