@@ -149,6 +149,8 @@ fn a_checkpoint_saved_while_writers_run_is_a_consistent_cut() {
                 }
             });
         }
+        // Stops the writers when the saves are over, or have failed (else the test hangs).
+        let _over = common::Over(&done);
         for i in 0..saves {
             let path = dir.path().join(format!("{i}.safetensors"));
             store.save(&path).unwrap();
@@ -163,7 +165,6 @@ fn a_checkpoint_saved_while_writers_run_is_a_consistent_cut() {
                 "checkpoint {i} holds half a transfer"
             );
         }
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
     });
 }
 

@@ -163,11 +163,12 @@ fn bad_input_is_a_typed_error_and_applies_nothing() {
 }
 
 /// Threads add ones to random rows (Zipf-like: low rows far more often), all at once, while a
-/// reader checks that each snapshot is a state some prefix of the writes produced: every
-/// write adds 1 to two rows, so the table's sum is even and never decreases. At the end each
-/// row holds exactly the number of times it was hit: no update lost. Pages of one row (each
-/// copied fused with its first add, then added to by later deltas of the same pass) and of
-/// four.
+/// reader in lockstep with them (`common::while_looking`) checks that each snapshot is a state
+/// some prefix of the writes produced: every write adds 1 to two rows, so the table's sum is
+/// even and never decreases, and some snapshots fall between the first write and the last. At
+/// the end each row holds exactly the number of times it was hit: no update lost. Pages of one
+/// row (each copied fused with its first add, then added to by later deltas of the same pass)
+/// and of four.
 #[test]
 fn concurrent_sparse_writes_lose_nothing() {
     for rows_per_page in [1, 4] {
@@ -181,44 +182,44 @@ fn sparse_writers_and_a_reader(rows_per_page: usize) {
         .rows_per_page(rows_per_page)
         .build()
         .unwrap();
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let hits: Vec<Array1<i64>> = std::thread::scope(|s| {
-        let reader = s.spawn(|| {
-            let mut last = 0;
-            while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let snapshot = table.read();
-                let sum = snapshot.to_array().sum();
-                assert_eq!(sum % (2 * width as i64), 0, "half a write seen");
-                assert!(sum >= last, "the table went back in time");
-                assert_eq!(snapshot.to_array().sum(), sum, "a snapshot changed");
-                last = sum;
+    // Each writer's generator and hits, behind a lock only that writer takes.
+    let state: Vec<_> = (0..threads)
+        .map(|t| std::sync::Mutex::new((Rng(t as u64 + 1), Array1::<i64>::zeros(rows))))
+        .collect();
+    let writers: Vec<_> = state
+        .iter()
+        .map(|state| {
+            let table = &table;
+            move |_| {
+                let (rng, hits) = &mut *state.lock().unwrap();
+                let top = rng.below(rows) + 1;
+                let a = rng.below(top); // skewed to low rows
+                let b = (a + 1 + rng.below(rows - 1)) % rows;
+                hits[a] += 1;
+                hits[b] += 1;
+                table
+                    .scatter_add(&[a, b], &Array2::ones((2, width)))
+                    .unwrap();
             }
-        });
-        let writers: Vec<_> = (0..threads)
-            .map(|t| {
-                let table = &table;
-                s.spawn(move || {
-                    let mut rng = Rng(t as u64 + 1);
-                    let mut hits = Array1::<i64>::zeros(rows);
-                    for _ in 0..steps {
-                        let top = rng.below(rows) + 1;
-                        let a = rng.below(top); // skewed to low rows
-                        let b = (a + 1 + rng.below(rows - 1)) % rows;
-                        hits[a] += 1;
-                        hits[b] += 1;
-                        table
-                            .scatter_add(&[a, b], &Array2::ones((2, width)))
-                            .unwrap();
-                    }
-                    hits
-                })
-            })
-            .collect();
-        let hits = writers.into_iter().map(|w| w.join().unwrap()).collect();
-        done.store(true, std::sync::atomic::Ordering::Release);
-        reader.join().unwrap();
-        hits
+        })
+        .collect();
+    let writers: Vec<&(dyn Fn(usize) + Sync)> = writers.iter().map(|w| w as _).collect();
+    let total = (2 * width * threads * steps) as i64;
+    let (mut last, mut mid_way) = (0, 0); // mid-way: looks between the first write and the last
+    common::while_looking(&writers, steps, || {
+        let snapshot = table.read();
+        let sum = snapshot.to_array().sum();
+        assert_eq!(sum % (2 * width as i64), 0, "half a write seen");
+        assert!(sum >= last, "the table went back in time");
+        assert_eq!(snapshot.to_array().sum(), sum, "a snapshot changed");
+        mid_way += usize::from(sum > 0 && sum < total);
+        last = sum;
     });
+    assert!(mid_way > 0, "no look while the writes ran");
+    let hits: Vec<Array1<i64>> = state
+        .into_iter()
+        .map(|s| s.into_inner().unwrap().1)
+        .collect();
     let expected = hits
         .iter()
         .fold(Array1::<i64>::zeros(rows), |acc, h| acc + h);

@@ -6,7 +6,7 @@ use mvtensor::{CriticalSection, DType, Error, Store};
 use ndarray::{arr0, ArrayD, IxDyn};
 
 mod common;
-use common::{quiesce, scaled, thread_cpu_time};
+use common::{quiesce, scaled, thread_cpu_time, Over};
 
 /// Two accounts whose sum every execution preserves; 4 writer threads transfer between them
 /// while readers take 100,000 snapshots. The sum holds in every one.
@@ -62,12 +62,6 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
         }
         // One more reader, in lockstep with the transfers: it sees them in progress. The
         // transfers are over when it returns, or fails (then the readers above stop too).
-        struct Over<'a>(&'a AtomicBool);
-        impl Drop for Over<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
         let _over = Over(&writers_done);
         let mut mid_way = 0;
         common::while_looking(&writers, transfers_each, || {
@@ -223,6 +217,7 @@ fn a_steady_writer_does_not_starve_snapshots() {
             }
             writes
         });
+        let over = Over(&done);
         for _ in 0..200 {
             let (took, snap) = timed_snapshot();
             worst = worst.max(took);
@@ -231,7 +226,7 @@ fn a_steady_writer_does_not_starve_snapshots() {
             assert_eq!(seen[[0]], seen.version() as f32);
             assert_eq!(snap.len(), 1000);
         }
-        done.store(true, Ordering::Release);
+        drop(over);
         let writes = writer.join().unwrap();
         eprintln!("quiet snapshot {quiet:?}, worst under {writes} writes {worst:?}");
     });

@@ -85,6 +85,19 @@ pub fn same_floats(got: &[f32], want: &[f32]) {
     }
 }
 
+/// Sets its flag when dropped: when a test's looking is over, or has failed, so that the
+/// threads that run until then stop and the test fails instead of hanging.
+#[allow(dead_code)] // not every test file stops free-running threads
+pub struct Over<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for Over<'_> {
+    fn drop(&mut self) {
+        // Release: what the looking thread did happens-before the threads that see the flag
+        // stop (a stop flag besides; nothing else is published through it).
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Runs `step` `steps` times on each of `threads` threads while this thread calls `look`
 /// until they are all done, paced as [`while_looking`] paces them.
 #[allow(dead_code)] // not every test file races readers against steps
@@ -132,7 +145,8 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
             let (done, looks, calls) = (&done, &looks, &calls);
             s.spawn(move || {
                 for i in 0..ops {
-                    while looks.load(Ordering::SeqCst) + window < i {
+                    // Saturating: a failed look sets `looks` to `usize::MAX`.
+                    while looks.load(Ordering::SeqCst).saturating_add(window) < i {
                         std::thread::yield_now(); // the looker may need this core
                     }
                     op(i);
