@@ -263,6 +263,12 @@ impl Table for Vec<AtomicU32> {
     }
 }
 
+/// Passes over the index stream before a CPU-cost measurement. Measured (std Mutex, Zipf,
+/// CPU per update over each pass of 2,048 updates, AMD EPYC): 1,411 ns in the first pass,
+/// 956 in the second, ~700-800 over passes 3-30, ~500-640 from about the 35th on; mvtensor's
+/// paged table 2,950, then 2,000-2,200 from the second pass.
+const WARM_PASSES: usize = 40;
+
 /// Indices per thread, drawn once before a run (so that drawing costs nothing timed).
 const STREAM: usize = 1 << 16;
 
@@ -346,10 +352,12 @@ pub fn run(
 
 /// Thread CPU time of one update and of one 32-row gather, on one thread, per operation:
 /// the mean over `ops` operations of each (arc-swap, which copies 25 MiB per update, does a
-/// fiftieth as many updates), after a warm-up of one pass over the index stream, so that
-/// every variant is measured in its steady state: its hot rows cached, its pools full.
-/// (A warm-up of 64 updates before 200 measured ones timed the locks' first touches of
-/// cold rows: 1.5-2.4x their steady cost per Zipf update, which flattered mvtensor.)
+/// fiftieth as many updates), after a warm-up of [`WARM_PASSES`] passes over the index
+/// stream, so that every variant is measured in its steady state: its hot rows cached, its
+/// pools full. (A warm-up of 64 updates before 200 measured ones timed the locks' first
+/// touches of cold rows: 1.5-2.4x their steady cost per Zipf update; one pass still timed a
+/// mutex's update at ~1.6x its steady cost. Both flattered mvtensor, whose cost is level
+/// from the second pass.)
 pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Duration, Duration) {
     let table = variant.table();
     let updates = if variant == EmbeddingVariant::ArcSwap {
@@ -366,7 +374,7 @@ pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Du
     let warm = if variant == EmbeddingVariant::ArcSwap {
         3
     } else {
-        STREAM / K
+        WARM_PASSES * STREAM / K
     };
     for i in 0..warm {
         table.add(slice(i), &ones); // warm: hot rows, pools, page faults

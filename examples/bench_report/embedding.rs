@@ -49,8 +49,9 @@ impl Report<'_> {
         );
         let _ = writeln!(
             s,
-            "CPU time on one thread (median of {} rounds): an update, and a read of {K} rows \
-             (mvtensor: `read().gather(..)`; a lock: lock and `select`).\n",
+            "CPU time on one thread (median of {} rounds, each after 40 passes over the \
+             index stream): an update, and a read of {K} rows (mvtensor: `read().gather(..)`; \
+             a lock: lock and `select`).\n",
             self.plan.rounds
         );
         let _ = writeln!(
@@ -192,7 +193,10 @@ impl Report<'_> {
                  per Zipf update, ~5% uniform), and replaced tables wait for a tick of the \
                  book's own grace clock instead of a deferred release and a flushed bag per \
                  write (~8% less on the table in cache). The CPU table is each variant's \
-                 steady state (after a pass over the index stream): the Zipf rows a lock adds \
+                 steady state (after 40 passes over the index stream: a mutex's update still \
+                 cost ~1.6x its steady cost in the second pass, and ~1.3x up to the 30th, \
+                 mvtensor's is level from the second; earlier reports warmed one \
+                 pass and flattered mvtensor by that much): the Zipf rows a lock adds \
                  to are mostly cached, and its adds run on slices in AVX2, ~10 ns a row \
                  (ndarray's `row += &delta`, in SSE2 behind its shape checks, took 2-3x as \
                  long). With more threads (the worst cell: {:.2}x, {} threads, {}): on {} cores \
