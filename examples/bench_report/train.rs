@@ -102,8 +102,9 @@ impl Report<'_> {
         let _ = writeln!(
             s,
             "Time to the target loss: the worst final loss of mvtensor and the locks at that \
-             thread count, so each of them reaches it; read from each run's loss curve ({} \
-             points; the plot shows the curves at {} threads). `never`: the variant did not \
+             thread count, so each of them reaches it; read from the loss curve ({} points) \
+             of each variant's run of median steps/s (the plot shows the curves at {} \
+             threads). `never`: the variant did not \
              reach it.\n",
             crate::harness::train::SAMPLES,
             TRAIN_THREADS[TRAIN_THREADS.len() - 1]
