@@ -16,6 +16,8 @@ host=$(rustc -vV | awk '/^host:/ { print $2 }')
 export RUSTFLAGS="${RUSTFLAGS:-} -Zsanitizer=$kind"
 export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -Zsanitizer=$kind"
 export CARGO_TARGET_DIR=target/$kind
+# Tests that scale their volume down under a sanitizer look for this (tests/memory.rs).
+export MVTENSOR_SANITIZER=$kind
 # Line tables, not full debug info: reports keep file and line, and the instrumented std
 # and test binaries build and link faster.
 export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
