@@ -271,6 +271,7 @@ fn dense_and_row_writes_of_a_paged_resource_match_a_sequential_model() {
         (seed % bound as u64) as usize
     };
     let executions = scaled(200, 20);
+    let all: Vec<usize> = (0..rows).collect();
     for e in 0..executions {
         let ops: Vec<(usize, usize, i64)> = (0..1 + next(4))
             .map(|_| (next(6), next(rows), 1 + next(5) as i64))
@@ -298,7 +299,6 @@ fn dense_and_row_writes_of_a_paged_resource_match_a_sequential_model() {
                         4 => staged.row_mut(row).mapv_inplace(|x| x + 2),
                         _ => staged.row_mut(row).fill(k),
                     }
-                    let all: Vec<usize> = (0..rows).collect();
                     assert_eq!(tx.gather(&table, &all)?, staged.clone().into_dyn());
                 }
                 tx.assign_add(&steps, &arr0(1))?;

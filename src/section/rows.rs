@@ -14,9 +14,9 @@ use crate::{Element, PagedVariable};
 
 impl Txn<'_> {
     /// Adds `rows[i]` to row `indices[i]` (a repeated index receives each of its rows), as
-    /// [`Variable::scatter_add`](crate::Variable::scatter_add) and [`PagedVariable::scatter_add`] do. On a dense variable
-    /// it changes the working copy; on a paged one it is staged, and the commit copies only
-    /// the pages the batch touched.
+    /// [`Variable::scatter_add`](crate::Variable::scatter_add) and
+    /// [`PagedVariable::scatter_add`] do. On a dense variable it changes the working copy; on
+    /// a paged one it is staged, and the commit copies only the pages the batch touched.
     ///
     /// ```
     /// use mvtensor::{CriticalSection, Error, PagedVariable, Variable};
@@ -125,15 +125,35 @@ impl Txn<'_> {
         self.stage_paged(variable, Delta::dense(value.shape(), &data, Op::Assign))
     }
 
-    /// Stages a dense delta of a paged variable, once its shape is checked.
-    pub(super) fn stage_paged<A: Element>(
+    /// Applies a checked-on-arrival delta: to a dense variable's working copy (its slot
+    /// checks the shape or rows), or staged for a paged one once its shape or rows fit.
+    pub(super) fn write_delta<A: Element>(
+        &self,
+        target: Target<'_, A>,
+        delta: Delta<'_, A>,
+    ) -> Result<()> {
+        match target {
+            Target::Dense(variable) => {
+                let slot = self.slot(variable)?;
+                slot.write(self.section(), Init::Delta(delta), self.guard())
+                    .map(drop)
+            }
+            Target::Paged(variable) => self.stage_paged(variable, delta),
+        }
+    }
+
+    /// Stages a delta of a paged variable, once its shape (a dense delta) or its rows fit.
+    fn stage_paged<A: Element>(
         &self,
         variable: &PagedVariable<A>,
         delta: Delta<'_, A>,
     ) -> Result<()> {
         let layout = &variable.inner.layout;
         let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, &layout.name)?;
-        check_shape(&layout.name, &layout.shape, delta.shape)?;
+        match delta.rows {
+            Some(indices) => check_rows(&layout.name, &layout.shape, indices, delta.shape)?,
+            None => check_shape(&layout.name, &layout.shape, delta.shape)?,
+        }
         slot.stage(delta);
         Ok(())
     }
@@ -152,19 +172,6 @@ impl Txn<'_> {
             op,
             rows: Some(indices),
         };
-        match target {
-            Target::Dense(variable) => {
-                let slot = self.slot(variable)?;
-                let init = Init::Delta(delta);
-                slot.write(self.section(), init, self.guard()).map(drop)
-            }
-            Target::Paged(variable) => {
-                let layout = &variable.inner.layout;
-                let slot = self.slot_as::<PagedSlot<A>>(variable.inner.id, &layout.name)?;
-                check_rows(&layout.name, &layout.shape, indices, rows.shape())?;
-                slot.stage(delta);
-                Ok(())
-            }
-        }
+        self.write_delta(target, delta)
     }
 }

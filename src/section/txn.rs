@@ -303,15 +303,7 @@ impl<'s> Txn<'s> {
         op: Op<A>,
     ) -> Result<()> {
         let data = standard_elements(delta);
-        let delta = Delta::dense(delta.shape(), &data, op);
-        match target {
-            Target::Dense(variable) => {
-                let slot = self.slot(variable)?;
-                slot.write(self.section, Init::Delta(delta), &self.guard)
-                    .map(drop)
-            }
-            Target::Paged(variable) => self.stage_paged(variable, delta),
-        }
+        self.write_delta(target, Delta::dense(delta.shape(), &data, op))
     }
 
     fn write_with<A: Element, D: Dimension>(
