@@ -5,7 +5,7 @@
 #   bin/sanitizers.sh address              # AddressSanitizer + LeakSanitizer: unit and
 #                                          # integration tests
 #   bin/sanitizers.sh thread               # ThreadSanitizer: the stress tests
-#   bin/sanitizers.sh thread --test paged  # one file
+#   bin/sanitizers.sh thread --test suite paged::  # one file of the suite
 #
 # Each sanitizer builds in its own target directory. Suppressions and why: bin/*.supp.
 set -euo pipefail
@@ -31,10 +31,10 @@ address)
     ;;
 thread)
     export TSAN_OPTIONS="suppressions=$PWD/bin/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
-    # The multi-threaded tests that are quick natively (TSan runs them 5-15x slower).
-    default=(--test promises --test combining --test sections --test snapshots --test paged
-        --test rayon --test linearizability --test reader_frees_nothing --test queue
-        --test held_snapshots)
+    # The multi-threaded tests that are quick natively (TSan runs them 5-15x slower): the
+    # suite (promises, combining, sections, paged, rayon, linearizability, queue and the
+    # rest of tests/suite.rs) and three files of their own.
+    default=(--test suite --test snapshots --test reader_frees_nothing --test held_snapshots)
     ;;
 *)
     echo "unknown sanitizer: $kind (address or thread)" >&2

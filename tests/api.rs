@@ -1,6 +1,6 @@
 //! Issue 10's trainer-facing API: any ndarray in, typed dimensions, scaled adds, scalars.
 
-mod common;
+use crate::common;
 
 use mvtensor::{CriticalSection, Error, Store, Variable};
 use ndarray::{arr0, arr1, arr2, s, ArcArray, Array1, Array2, ArrayD, Ix0, Ix1, Ix2, IxDyn};

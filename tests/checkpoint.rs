@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 use mvtensor::checkpoint::{Missing, Restore};
 use mvtensor::{read_all, CriticalSection, DType, Error, Store};

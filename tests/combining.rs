@@ -3,7 +3,7 @@
 use mvtensor::{CriticalSection, Error, Stats, Variable};
 use ndarray::{arr0, ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::scaled;
 
 /// Runs `write(delta, i)` for `i` in `0..each` on `threads` threads, thread `t` holding a

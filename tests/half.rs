@@ -7,7 +7,7 @@ use mvtensor::half::{bf16, f16};
 use mvtensor::{CriticalSection, DType, Error, Store, Variable};
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::scaled;
 
 #[test]

@@ -1,6 +1,6 @@
 //! Issue 13, item 2: shared metrics updated from many threads, read consistently.
 
-mod common;
+use crate::common;
 
 use mvtensor::metrics::{Mean, Sum};
 

@@ -1,6 +1,6 @@
 //! Issue 13, item 1: optimizers over shared parameters, each step atomic over the set.
 
-mod common;
+use crate::common;
 
 use mvtensor::optim::{HogwildSgd, Optimizer};
 use mvtensor::{read_all, Error, Store, Variable};

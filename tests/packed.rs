@@ -5,7 +5,7 @@ use mvtensor::optim::{HogwildSgd, Optimizer, Packed, Replicas};
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, ArrayViewMutD, Ix1, Ix2, IxDyn};
 
-mod common;
+use crate::common;
 
 fn model(w: &Array2<f32>, b: &Array1<f32>) -> Packed<f32> {
     Packed::builder()

@@ -5,7 +5,7 @@ use mvtensor::optim::{HogwildSgd, Optimizer, OptimizerBuilder, Packed, PackedBui
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, Ix1, Ix2};
 
-mod common;
+use crate::common;
 
 fn tensors(w: &Array2<f32>, b: &Array1<f32>) -> PackedBuilder<f32> {
     Packed::builder().name("mlp").tensor("w", w).tensor("b", b)

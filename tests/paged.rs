@@ -1,7 +1,7 @@
 //! Paged variables: a sequential model of every write, snapshots that never change, typed
 //! errors that apply nothing, and no lost update under concurrent sparse writers.
 
-mod common;
+use crate::common;
 
 use common::scaled;
 use mvtensor::{Error, PagedVariable};

@@ -2,7 +2,7 @@
 //! together with the section's other writes, plain writes wait for the section's tickets,
 //! and a failed execution leaves nothing. (Pages coming back: `paged_section_memory.rs`.)
 
-mod common;
+use crate::common;
 
 use common::scaled;
 use mvtensor::{CriticalSection, Error, PagedVariable, Store, Variable};

@@ -2,7 +2,7 @@
 //! same point of the commit order as dense variables, written by checkpoints, and the chain
 //! writers keep for snapshots in progress given back once none is.
 
-mod common;
+use crate::common;
 
 use common::scaled;
 use mvtensor::{Error, PagedVariable, Store, VariableKind};

@@ -7,7 +7,7 @@ use std::sync::Barrier;
 use mvtensor::Variable;
 use ndarray::{arr0, ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::scaled;
 
 /// Promise 1: a snapshot never changes, whatever writers do (10,000 writes while held).

@@ -2,7 +2,7 @@
 //! What the source shows (the committed value, this execution's earlier writes, an earlier
 //! execution's of the same batch), rollback, borrow conflicts, typed views.
 
-mod common;
+use crate::common;
 
 use std::sync::Barrier;
 

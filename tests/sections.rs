@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::{arr0, ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::scaled;
 
 fn scalar(x: f64) -> Variable<f64> {

@@ -43,7 +43,7 @@ use super::table::{Entry, Layout, Node, Page, PagedTable};
 use crate::grace::Clock;
 use crate::pool::{orphan, Link};
 use crate::record::Record;
-use crate::sync::{clock, epoch, fence, AtomicPtr, AtomicUsize, Handoff, Ordering};
+use crate::sync::{clock, epoch, AtomicPtr, AtomicUsize, Handoff, Ordering};
 use crate::Element;
 
 /// Spare tables (each with its root) a book keeps.
@@ -380,14 +380,15 @@ pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
     // book outlives this call: our count keeps it among the book's holders until below.
     // SAFETY: our count keeps the table alive until the decrement.
     let book = unsafe { (*table).book };
-    // Release: our reads of the table happen-before the writer that sees zero reuses it.
+    // AcqRel. Release: our reads of the table happen-before the writer that sees zero
+    // reuses it. Acquire, for the decrement that takes it to zero: every other holder's
+    // reads of the table happen-before ours, and so before whoever frees the book after our
+    // `let_go` (what `Arc::drop` does with a fence; ThreadSanitizer sees an RMW's Acquire, not
+    // a fence's: with a fence it reported a page read by a dropped owned snapshot as racing
+    // with the book's free). Not a later load of `refs`: once it is zero the writer may reuse
+    // the table and store a new count, which would not carry the holders' Release.
     // SAFETY: as above.
-    if unsafe { &*table }.refs.fetch_sub(1, Ordering::Release) == 1 {
-        // Acquire: every other holder's reads of the table happen-before ours, and so
-        // before whoever frees the book after our `let_go` (as `Arc::drop` does). A fence,
-        // not a load of `refs` as in `let_go`: once it is zero the writer may reuse the
-        // table and store a new count, which would not carry the holders' Release.
-        fence(Ordering::Acquire);
+    if unsafe { &*table }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         // SAFETY: `book` is alive while it counts this table among its holders.
         unsafe { let_go(book) };
     }
