@@ -19,6 +19,7 @@ mod half;
 mod linearizability;
 mod metrics;
 mod optim;
+mod pacing;
 mod packed;
 mod packed_state;
 mod paged;

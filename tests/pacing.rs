@@ -1,0 +1,39 @@
+//! The pacing helpers of `common` make a failed look fail its test, never hang it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::common::while_looking;
+
+/// A look that panics lets the writers run to the end, and the panic reaches the test. (In
+/// release builds a failed look once hung its test instead: the writers waited for
+/// `looks + window` to grow, and it had wrapped around at `usize::MAX`.) A hang fails this
+/// test after a minute rather than hanging it: the run is on a thread of its own.
+#[test]
+fn a_failed_look_fails_its_test_instead_of_hanging() {
+    let (writers, ops) = (2, 64);
+    let (sent, outcome) = mpsc::channel();
+    std::thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        // SeqCst: a count, read after the writers are joined.
+        let op = |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+        };
+        let mut looks = 0;
+        let failed = catch_unwind(AssertUnwindSafe(|| {
+            while_looking(&vec![&op as &(dyn Fn(usize) + Sync); writers], ops, || {
+                looks += 1;
+                assert!(looks < 3, "the look fails on its third call");
+            })
+        }));
+        sent.send((failed.is_err(), looks, calls.load(Ordering::SeqCst)))
+            .expect("the test waits for the outcome");
+    });
+    let outcome = outcome.recv_timeout(Duration::from_secs(60));
+    let (failed, looks, calls) = outcome.expect("while_looking hung after a failed look");
+    assert!(failed, "the look's panic reaches the caller");
+    assert_eq!(looks, 3);
+    assert_eq!(calls, writers * ops, "every writer ran to its end");
+}
