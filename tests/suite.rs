@@ -30,6 +30,7 @@ mod queue;
 mod rayon;
 mod rewrite;
 mod rows;
+mod schedule;
 mod sections;
 mod store;
 mod variable;

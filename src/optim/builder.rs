@@ -3,6 +3,7 @@
 use ndarray::{Dimension, Ix1, NdFloat};
 
 use super::rule::Rule;
+use super::schedule::Schedule;
 use super::step_count::STEP_LEN;
 use super::{Optimizer, Packed, PackedBuilder, Part};
 use crate::error::Result;
@@ -14,6 +15,7 @@ use crate::{CriticalSection, Element, Variable};
 #[must_use = "call .build() to create the optimizer"]
 pub struct OptimizerBuilder<A: Element> {
     pub(super) rule: Rule<A>,
+    pub(super) schedule: Option<Schedule<A>>,
     pub(super) clip: Option<A>,
     pub(super) params: Vec<Variable<A>>,
     pub(super) parts: Vec<Part>,
@@ -66,6 +68,46 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// all parameters) exceeds `max_norm`.
     pub fn clip_global_norm(mut self, max_norm: A) -> Self {
         self.clip = Some(max_norm);
+        self
+    }
+
+    /// A learning-rate schedule: step `t` (1 for the first) uses the learning rate times
+    /// `factor(t)` (PyTorch's `LambdaLR`; AdamW's decay scales with it). The factor is
+    /// computed inside the step's execution from the number that execution gives the step,
+    /// so concurrent steps each get their own number's rate, whichever thread runs them, and
+    /// a restored checkpoint resumes the schedule at its step count. Keep it cheap and pure:
+    /// it runs while the section is held, on whichever thread runs the step. A factor that is
+    /// negative or not finite fails that step with
+    /// [`Error::InvalidValue`](crate::Error::InvalidValue), which applies nothing.
+    ///
+    /// Linear warm-up over 100 steps, then cosine decay to zero at step 10,000:
+    ///
+    /// ```
+    /// use mvtensor::optim::Optimizer;
+    /// use mvtensor::Variable;
+    /// use ndarray::Array1;
+    ///
+    /// let w = Variable::new(Array1::<f32>::zeros(4));
+    /// let adam = Optimizer::adam(1e-3)
+    ///     .schedule(|step| {
+    ///         let (t, warmup, total) = (step as f32, 100.0, 10_000.0);
+    ///         if t < warmup {
+    ///             t / warmup
+    ///         } else {
+    ///             let done = ((t - warmup) / (total - warmup)).min(1.0);
+    ///             0.5 * (1.0 + (std::f32::consts::PI * done).cos())
+    ///         }
+    ///     })
+    ///     .param(&w)
+    ///     .build()?;
+    /// let close = |a: f32, b: f32| (a - b).abs() < 1e-9;
+    /// assert!(close(adam.learning_rate(), 1e-5)); // the next step, the first: 1/100 of 1e-3
+    /// adam.step([Array1::from_elem(4, 0.5f32)].as_slice())?;
+    /// assert!(close(adam.learning_rate(), 2e-5));
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    pub fn schedule(mut self, factor: impl Fn(i64) -> A + Send + Sync + 'static) -> Self {
+        self.schedule = Some(Schedule::new(factor));
         self
     }
 
@@ -207,6 +249,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         }
         Ok(Optimizer {
             rule: self.rule,
+            schedule: self.schedule,
             clip: self.clip,
             params: self.params,
             shapes,

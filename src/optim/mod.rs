@@ -45,6 +45,7 @@ mod hogwild;
 mod packed;
 mod replicas;
 mod rule;
+mod schedule;
 mod soft;
 mod step_count;
 
@@ -62,6 +63,7 @@ use crate::error::{check_shape, Error, Result};
 use crate::{CriticalSection, Element, Store, Variable};
 use grads::Collected;
 use rule::{apply, clip_scale, State, Update};
+use schedule::Schedule;
 use step_count::{decode_step, encode_step, STEP_LEN};
 
 /// Where one gradient of a step goes: a parameter, or one tensor of a [`Packed`] one.
@@ -79,6 +81,8 @@ struct Part {
 #[derive(Debug)]
 pub struct Optimizer<A: Element> {
     rule: Rule<A>,
+    /// Each step's learning rate is the rule's times this factor of the step's number.
+    schedule: Option<Schedule<A>>,
     clip: Option<A>,
     params: Vec<Variable<A>>,
     /// Each parameter's shape when the optimizer was built: what its state blocks fit.
@@ -100,6 +104,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
     fn builder(rule: Rule<A>) -> OptimizerBuilder<A> {
         OptimizerBuilder {
             rule,
+            schedule: None,
             clip: None,
             params: Vec::new(),
             parts: Vec::new(),
@@ -141,6 +146,17 @@ impl<A: Element + NdFloat> Optimizer<A> {
         let state = self.state.read();
         let state = state.as_slice().expect("versions are in standard layout");
         decode_step(&state[state.len() - STEP_LEN..]).unwrap_or(0)
+    }
+
+    /// The learning rate of the next step: the rule's, times its
+    /// [schedule](OptimizerBuilder::schedule)'s factor for step [`steps`](Self::steps)` + 1`.
+    /// For logging: with steps running on other threads, the next one may have begun.
+    pub fn learning_rate(&self) -> A {
+        let lr = self.rule.lr();
+        match &self.schedule {
+            Some(schedule) => lr * schedule.raw(self.steps() + 1),
+            None => lr,
+        }
     }
 
     /// Registers the optimizer's state in `store`, so that store snapshots and checkpoints
@@ -218,7 +234,14 @@ impl<A: Element + NdFloat> Optimizer<A> {
                 ),
             })? + 1;
             encode_step(t, step_after);
-            let bias = self.rule.bias_correction(t);
+            let rule = match &self.schedule {
+                // A bad factor fails the execution before anything is written.
+                Some(schedule) => self
+                    .rule
+                    .with_lr_times(schedule.factor(t, self.state.name())?),
+                None => self.rule,
+            };
+            let bias = rule.bias_correction(t);
             let mut parts = self.parts.iter().zip(&grads).peekable();
             for (i, param) in self.params.iter().enumerate() {
                 let mut p;
@@ -251,7 +274,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
                         state_after = rest;
                     }
                     apply(Update {
-                        rule: self.rule,
+                        rule,
                         corrections: bias,
                         scale,
                         values: (p_before, p_after),
