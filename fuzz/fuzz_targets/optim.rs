@@ -7,7 +7,10 @@
 //! optimizers; a failed step changes nothing; every tensor, read through the packed set's
 //! views and through its own variable, equals the model's bit for bit; a view with any index
 //! and rank is the tensor or the typed error the layout promises. Building a set with two
-//! tensors of one name is `NameTaken`, and nothing panics.
+//! tensors of one name is `NameTaken`, and nothing panics. A learning-rate schedule from the
+//! input (factors of eighths, negative ones included) scales each step's rate by its
+//! number's factor, and a negative one fails its step with `InvalidValue` naming the
+//! optimizer's state, after the gradients' own checks, applying nothing.
 
 #![no_main]
 
@@ -84,6 +87,8 @@ struct Input {
     /// The third optimizer's first `split % (n + 1)` tensors are variables, the rest a
     /// packed set.
     split: u8,
+    /// A learning-rate schedule: step `t` uses `schedule[(t - 1) % len] / 8` (none if empty).
+    schedule: Vec<i8>,
     tensors: Vec<Tensor>,
     ops: Vec<Op>,
 }
@@ -92,6 +97,7 @@ struct Input {
 struct Model {
     rule: RuleSel,
     clip: Option<f32>,
+    schedule: Option<Factors>,
     shapes: Vec<Vec<usize>>,
     p: Vec<Vec<f32>>,
     s1: Vec<Vec<f32>>,
@@ -106,9 +112,52 @@ const B1: f32 = 0.9;
 const B2: f32 = 0.999;
 const EPS: f32 = 1e-8;
 
+/// The schedule's factors, one per step, in a cycle.
+#[derive(Clone)]
+struct Factors(Vec<i8>);
+
+impl Factors {
+    fn factor(&self, t: i64) -> f32 {
+        let at = usize::try_from(t - 1).expect("steps count from 1") % self.0.len();
+        f32::from(self.0[at]) / 8.0
+    }
+}
+
+/// The error a step with a negative factor gives: `InvalidValue` naming `state` (the
+/// optimizer's state variable) and the step.
+fn check_bad_factor(got: Result<i64, Error>, state: &str, t: i64) {
+    match got {
+        Err(Error::InvalidValue { variable, problem }) => {
+            assert_eq!(variable, state);
+            assert!(problem.contains(&format!("for step {t} ")), "{problem}");
+        }
+        other => panic!("step {t}: a negative factor gave {other:?}"),
+    }
+}
+
+/// What a step must give, beside the model's: its result, or for a bad factor the error
+/// each optimizer names its own state in.
+enum Expected {
+    Step(Result<i64, Error>),
+    BadFactor(i64),
+}
+
 impl Model {
     /// The step `Optimizer::step` must take, or its error. Names tensors `set.t<i>`.
-    fn step(&mut self, grads: &[(Vec<usize>, Vec<f32>)]) -> Result<i64, Error> {
+    fn step(&mut self, grads: &[(Vec<usize>, Vec<f32>)]) -> Expected {
+        match self.checked(grads) {
+            Ok(()) => {}
+            Err(error) => return Expected::Step(Err(error)),
+        }
+        let factor = self.schedule.as_ref().map_or(1.0, |s| s.factor(self.t + 1));
+        if factor < 0.0 {
+            return Expected::BadFactor(self.t + 1);
+        }
+        Expected::Step(Ok(self.apply(grads, LR * factor)))
+    }
+
+    /// The checks of a step's gradients, before its execution.
+    fn checked(&self, grads: &[(Vec<usize>, Vec<f32>)]) -> Result<(), Error> {
         if grads.len() != self.shapes.len() {
             return Err(Error::GradientCount {
                 expected: self.shapes.len(),
@@ -124,6 +173,11 @@ impl Model {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Applies a checked step with learning rate `lr`.
+    fn apply(&mut self, grads: &[(Vec<usize>, Vec<f32>)], lr: f32) -> i64 {
         let scale = self.clip.map_or(1.0, |max| {
             let norm = grads
                 .iter()
@@ -143,10 +197,10 @@ impl Model {
             let (p, s1, s2) = (&mut self.p[i], &mut self.s1[i], &mut self.s2[i]);
             for k in 0..p.len() {
                 match self.rule {
-                    RuleSel::Sgd => p[k] = p[k] - LR * scale * g[k],
+                    RuleSel::Sgd => p[k] = p[k] - lr * scale * g[k],
                     RuleSel::Momentum => {
                         s1[k] = MOMENTUM * s1[k] + scale * g[k];
-                        p[k] = p[k] - LR * s1[k];
+                        p[k] = p[k] - lr * s1[k];
                     }
                     RuleSel::Adam | RuleSel::AdamW => {
                         let wd = if matches!(self.rule, RuleSel::AdamW) {
@@ -157,13 +211,29 @@ impl Model {
                         let g = scale * g[k];
                         s1[k] = B1 * s1[k] + (1.0 - B1) * g;
                         s2[k] = B2 * s2[k] + (1.0 - B2) * g * g;
-                        p[k] = p[k] * (1.0 - LR * wd)
-                            - LR * (s1[k] / c1) / ((s2[k] / c2).sqrt() + EPS);
+                        p[k] = p[k] * (1.0 - lr * wd)
+                            - lr * (s1[k] / c1) / ((s2[k] / c2).sqrt() + EPS);
                     }
                 }
             }
         }
-        Ok(self.t)
+        self.t
+    }
+
+    /// Checks what each optimizer's step gave (`mixed` keeps its state in the set).
+    fn compare(expected: &Expected, [packed, apart, mixed]: [Result<i64, Error>; 3]) {
+        match expected {
+            Expected::Step(expected) => {
+                assert_eq!(&packed, expected);
+                assert_eq!(&apart, expected);
+                assert_eq!(&mixed, expected);
+            }
+            &Expected::BadFactor(t) => {
+                check_bad_factor(packed, "optimizer.state", t);
+                check_bad_factor(apart, "optimizer.state", t);
+                check_bad_factor(mixed, "set", t);
+            }
+        }
     }
 }
 
@@ -171,16 +241,23 @@ fn label(i: usize) -> String {
     format!("set.t{i}")
 }
 
-fn optimizer(rule: RuleSel, clip: Option<f32>) -> OptimizerBuilder<f32> {
+fn optimizer(
+    rule: RuleSel,
+    clip: Option<f32>,
+    schedule: &Option<Factors>,
+) -> OptimizerBuilder<f32> {
     let builder = match rule {
         RuleSel::Sgd => Optimizer::sgd(LR),
         RuleSel::Momentum => Optimizer::momentum(LR, MOMENTUM),
         RuleSel::Adam => Optimizer::adam(LR),
         RuleSel::AdamW => Optimizer::adamw(LR, WD),
     };
-    let builder = builder.betas(B1, B2).eps(EPS);
-    match clip {
-        Some(max) => builder.clip_global_norm(max),
+    let mut builder = builder.betas(B1, B2).eps(EPS);
+    if let Some(max) = clip {
+        builder = builder.clip_global_norm(max);
+    }
+    match schedule.clone() {
+        Some(factors) => builder.schedule(move |t| factors.factor(t)),
         None => builder,
     }
 }
@@ -262,11 +339,12 @@ fuzz_target!(|input: Input| {
         .map(|(i, a)| Variable::builder(a.clone()).name(label(i)).build())
         .collect();
     let clip = input.clip.map(|c| f32::from(c) / 16.0);
-    let packed = optimizer(input.rule, clip)
+    let schedule = (!input.schedule.is_empty()).then(|| Factors(input.schedule.clone()));
+    let packed = optimizer(input.rule, clip, &schedule)
         .packed(&set)
         .build()
         .expect("unclaimed");
-    let apart = optimizer(input.rule, clip)
+    let apart = optimizer(input.rule, clip, &schedule)
         .params(&separate)
         .build()
         .expect("unclaimed");
@@ -279,7 +357,7 @@ fuzz_target!(|input: Input| {
         .enumerate()
         .map(|(i, a)| Variable::builder(a.clone()).name(label(i)).build())
         .collect();
-    let (mixed_set, mixed) = optimizer(input.rule, clip)
+    let (mixed_set, mixed) = optimizer(input.rule, clip, &schedule)
         .params(&mixed_vars)
         .build_packed(
             inits[split..]
@@ -303,6 +381,7 @@ fuzz_target!(|input: Input| {
     let mut model = Model {
         rule: input.rule,
         clip,
+        schedule: schedule.clone(),
         shapes: inits.iter().map(|a| a.shape().to_vec()).collect(),
         p: inits.iter().map(|a| a.iter().copied().collect()).collect(),
         s1: inits.iter().map(|a| zeros(a.len())).collect(),
@@ -326,9 +405,8 @@ fuzz_target!(|input: Input| {
                     .map(|(s, g)| ArrayD::from_shape_vec(IxDyn(s), g.clone()).expect("fits"))
                     .collect();
                 let expected = model.step(&grads);
-                assert_eq!(packed.step(&arrays), expected);
-                assert_eq!(apart.step(&arrays), expected);
-                assert_eq!(mixed.step(&arrays), expected);
+                let got = [&packed, &apart, &mixed].map(|o| o.step(&arrays));
+                Model::compare(&expected, got);
             }
             Op::GoodStep(fill) => {
                 let grads: Vec<(Vec<usize>, Vec<f32>)> = model
@@ -341,9 +419,8 @@ fuzz_target!(|input: Input| {
                     .map(|(s, g)| ArrayD::from_shape_vec(IxDyn(s), g.clone()).expect("fits"))
                     .collect();
                 let expected = model.step(&grads);
-                assert_eq!(packed.step(&arrays), expected);
-                assert_eq!(apart.step(&arrays), expected);
-                assert_eq!(mixed.step(&arrays), expected);
+                let got = [&packed, &apart, &mixed].map(|o| o.step(&arrays));
+                Model::compare(&expected, got);
             }
             Op::View(i, rank) => {
                 let i = usize::from(*i % 6);
