@@ -270,7 +270,7 @@ fn dense_and_row_writes_of_a_paged_resource_match_a_sequential_model() {
         seed ^= seed << 17;
         (seed % bound as u64) as usize
     };
-    let executions = scaled(200, 20);
+    let executions = scaled(20, 200);
     let all: Vec<usize> = (0..rows).collect();
     for e in 0..executions {
         let ops: Vec<(usize, usize, i64)> = (0..1 + next(4))
