@@ -235,7 +235,8 @@ impl<A: Element + NdFloat> Optimizer<A> {
             })? + 1;
             encode_step(t, step_after);
             let rule = match &self.schedule {
-                // A bad factor fails the execution before anything is written.
+                // A bad factor fails the execution, which discards its working copies
+                // (the count written above included).
                 Some(schedule) => self
                     .rule
                     .with_lr_times(schedule.factor(t, self.state.name())?),
