@@ -3,11 +3,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::common::scaled;
+use crate::common::{self, scaled};
 
 use mvtensor::optim::{Optimizer, Packed};
 use mvtensor::{Error, Variable};
-use ndarray::Array1;
+use ndarray::{Array1, Ix1};
 
 /// Steps from several threads at once each use their own number's factor: with SGD, a
 /// gradient of ones and the factor `t`, the parameter ends at `-lr * (1 + 2 + ... + n)`,
@@ -76,7 +76,10 @@ fn a_zero_factor_moves_nothing_but_the_state() {
     adam.step((&g,)).unwrap();
     packed.step((&g,)).unwrap();
     assert_ne!(w.read().to_owned(), w0, "the third step moves it");
-    assert_eq!(set.read().get(0).unwrap(), w.read().view());
+    let (packed_w, plain_w) = (set.read(), w.read());
+    let packed_w = packed_w.get::<Ix1>(0).unwrap();
+    // Bit for bit, except under miri (its `powi` differs in the last bits between calls).
+    common::same_floats(packed_w.as_slice().unwrap(), plain_w.as_slice().unwrap());
     assert_eq!((adam.steps(), packed.steps()), (3, 3));
 }
 
