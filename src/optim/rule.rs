@@ -62,27 +62,13 @@ impl<A: NdFloat> Rule<A> {
 
     /// The rule with its learning rate times `factor` (a schedule's), everything else kept.
     /// AdamW's decay scales with it, as PyTorch's does (`p -= lr * weight_decay * p`).
-    pub(super) fn with_lr_times(self, factor: A) -> Self {
-        match self {
-            Rule::Sgd { lr } => Rule::Sgd { lr: lr * factor },
-            Rule::Momentum { lr, momentum } => Rule::Momentum {
-                lr: lr * factor,
-                momentum,
-            },
-            Rule::Adam {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-            } => Rule::Adam {
-                lr: lr * factor,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-            },
+    pub(super) fn with_lr_times(mut self, factor: A) -> Self {
+        match &mut self {
+            Rule::Sgd { lr } | Rule::Momentum { lr, .. } | Rule::Adam { lr, .. } => {
+                *lr *= factor;
+            }
         }
+        self
     }
 
     /// How many state tensors per parameter the rule keeps.
