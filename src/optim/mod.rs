@@ -152,11 +152,11 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// [schedule](OptimizerBuilder::schedule)'s factor for step [`steps`](Self::steps)` + 1`.
     /// For logging: with steps running on other threads, the next one may have begun.
     pub fn learning_rate(&self) -> A {
-        let lr = self.rule.lr();
-        match &self.schedule {
-            Some(schedule) => lr * schedule.raw(self.steps() + 1),
-            None => lr,
-        }
+        let rule = match &self.schedule {
+            Some(schedule) => self.rule.with_lr_times(schedule.raw(self.steps() + 1)),
+            None => self.rule,
+        };
+        rule.lr()
     }
 
     /// Registers the optimizer's state in `store`, so that store snapshots and checkpoints
