@@ -425,3 +425,42 @@ fn a_garbage_step_count_is_an_error_not_a_panic() {
     state.assign(state_before).unwrap();
     assert_eq!(adam.step((&Array1::<f32>::ones(3),)).unwrap(), 2);
 }
+
+/// Threads that each decay their own rate (word2vec's Hogwild schedule) get each step
+/// applied with the rate it was given, none lost; a bad rate applies nothing.
+#[test]
+fn hogwild_steps_apply_each_callers_own_learning_rate() {
+    let (threads, steps) = if cfg!(miri) { (2, 4) } else { (4, 1000) };
+    let w = Variable::new(Array1::<f64>::zeros(3));
+    let sgd = HogwildSgd::new(1.0).param(&w);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let sgd = &sgd;
+            s.spawn(move || {
+                for i in 0..steps {
+                    // Thread t's i-th rate: distinct whole numbers, so every sum is exact.
+                    let lr = (t * steps + i) as f64;
+                    sgd.step_with_lr(lr, (&Array1::<f64>::ones(3),)).unwrap();
+                }
+            });
+        }
+    });
+    let n = (threads * steps) as f64;
+    let expected = -(n * (n - 1.0) / 2.0);
+    assert!(
+        w.read().iter().all(|&x| x == expected),
+        "{:?}",
+        w.read().to_vec()
+    );
+    assert_eq!(sgd.lr(), 1.0);
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let err = sgd
+            .step_with_lr(bad, (&Array1::<f64>::ones(3),))
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidValue { variable, .. } if variable == w.name()),
+            "{err}"
+        );
+        assert!(w.read().iter().all(|&x| x == expected));
+    }
+}

@@ -77,6 +77,11 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
         self
     }
 
+    /// The learning rate [`step`](Self::step) uses: the one given to [`new`](Self::new).
+    pub fn lr(&self) -> A {
+        self.lr
+    }
+
     /// `p -= lr * g` for every parameter, one combined write each.
     ///
     /// # Errors
@@ -87,8 +92,51 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     /// changed since it was added fails its write alone (the ones before it are updated:
     /// Hogwild steps are not atomic).
     pub fn step(&self, grads: impl Gradients<A>) -> Result<()> {
+        self.step_with_lr(self.lr, grads)
+    }
+
+    /// [`step`](Self::step) with this step's own learning rate instead of [`lr`](Self::lr):
+    /// for a rate that decays with progress, as word2vec's Hogwild threads each compute
+    /// theirs from how far they are (`lr0 * (1 - done / total)`). A Hogwild step has no
+    /// number (there is no section to hand one out), so the caller says what the rate is;
+    /// concurrent steps may each pass a different one, and each is applied with its own.
+    ///
+    /// ```
+    /// use mvtensor::optim::HogwildSgd;
+    /// use mvtensor::Variable;
+    /// use ndarray::Array1;
+    ///
+    /// let w = Variable::new(Array1::<f32>::zeros(2));
+    /// let sgd = HogwildSgd::new(0.5).param(&w);
+    /// let total = 4;
+    /// for done in 0..total {
+    ///     let lr = sgd.lr() * (1.0 - done as f32 / total as f32); // 0.5, 0.375, 0.25, 0.125
+    ///     sgd.step_with_lr(lr, (&Array1::<f32>::ones(2),))?;
+    /// }
+    /// assert_eq!(w.read()[0], -1.25);
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`step`](Self::step), and [`Error::InvalidValue`] naming the first parameter if
+    /// `lr` is negative or not finite (a rate, like a schedule's factor, is finite and at
+    /// least 0); nothing is applied then.
+    pub fn step_with_lr(&self, lr: A, grads: impl Gradients<A>) -> Result<()> {
         if let Some(misfit) = &self.misfit {
             return Err(misfit.clone());
+        }
+        if !(lr.is_finite() && lr >= A::zero()) {
+            return Err(Error::InvalidValue {
+                variable: self
+                    .params
+                    .first()
+                    .map_or("(no parameter)", |p| p.name())
+                    .to_owned(),
+                problem: format!(
+                    "its Hogwild step was given the learning rate {lr:?} (a rate is finite \
+                     and at least 0)"
+                ),
+            });
         }
         let grads = grads.collect();
         if grads.len() != self.parts.len() {
@@ -110,7 +158,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
             };
             if label.is_none() {
                 let g = ArrayViewD::from_shape(IxDyn(shape), g).expect("checked above");
-                param.scaled_add(-self.lr, &g)?;
+                param.scaled_add(-lr, &g)?;
                 continue;
             }
             // A packed set: its tensors' gradients end to end, one write.
@@ -118,7 +166,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
             flat.extend_from_slice(g);
             mine.for_each(|(_, (_, g))| flat.extend_from_slice(g));
             let g = ArrayViewD::from_shape(IxDyn(&[flat.len()]), &flat).expect("1-d");
-            param.scaled_add(-self.lr, &g)?;
+            param.scaled_add(-lr, &g)?;
         }
         Ok(())
     }
