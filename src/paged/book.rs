@@ -433,7 +433,10 @@ impl<A: Element> Drop for Ledger<A> {
                 }
             }
             // SAFETY: a kept table came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(kept.table) });
+            let table = unsafe { Box::from_raw(kept.table) };
+            // Under loom: every holder's last look at the table (and its pages) happened
+            // before this free (`release`'s AcqRel; `loom_paged_release`).
+            table.handoff.touch();
         }
         for page in std::mem::take(&mut self.spare_pages) {
             // SAFETY: spare: ours alone.

@@ -19,6 +19,9 @@ mod table;
 mod tests;
 
 #[cfg(all(test, mvtensor_loom))]
+#[path = "../tests/loom_paged_release.rs"]
+mod loom_paged_release;
+#[cfg(all(test, mvtensor_loom))]
 #[path = "../tests/loom_paged_settle.rs"]
 mod loom_paged_settle;
 

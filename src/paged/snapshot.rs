@@ -109,8 +109,9 @@ impl<A: Element> Clone for OwnedPagedSnapshot<A> {
 
 impl<A: Element> Drop for OwnedPagedSnapshot<A> {
     fn drop(&mut self) {
-        self.handoff.look(); // our last use of the pages, ordered before any reuse
-                             // SAFETY: we own one count and give it up.
+        // Our last use of the pages, ordered before any reuse or free.
+        self.handoff.look();
+        // SAFETY: we own one count and give it up.
         unsafe { book::release(self.table.as_ptr()) };
     }
 }
