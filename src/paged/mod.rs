@@ -9,10 +9,16 @@
 //! Writers are combined as dense deltas are (one new version for every write pending at
 //! once, in arrival order), and reclamation is the book's ([`book`]): a version's pages are
 //! reused once no live version reaches them, and a reader's pin never frees anything.
+//!
+//! Files: the public handle here; how it is built ([`builder`]); how its head is read,
+//! replaced and given up ([`inner`]); who may write ([`access`]); the tree ([`table`]) and
+//! the writer's book of pages ([`book`]); snapshots ([`snapshot`]).
 
 mod access;
 mod at;
 mod book;
+mod builder;
+mod inner;
 mod snapshot;
 mod table;
 #[cfg(test)]
@@ -26,25 +32,22 @@ mod loom_paged_release;
 mod loom_paged_settle;
 
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ndarray::{Array, ArrayRef, Dimension};
 
 pub(crate) use self::at::TableAt;
 use self::book::Book;
+pub use self::builder::PagedVariableBuilder;
 pub use self::snapshot::{OwnedPagedSnapshot, PagedSnapshot};
 use self::table::Layout;
 pub use self::table::PagedTable;
-use crate::combine::{Combiner, Publish};
-use crate::error::{check_has_rows, check_rows, check_shape, Result};
-use crate::help::Helpers;
+use crate::combine::Combiner;
+use crate::error::{check_rows, check_shape, Result};
 use crate::kernel::{standard_elements, Delta, Op};
-use crate::pool::free_orphans;
-use crate::record::CommitRecord;
 use crate::running;
 use crate::section::Claims;
-use crate::sync::{epoch, next_id, AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering};
 use crate::ticket::TicketQueue;
 use crate::Element;
 
@@ -127,77 +130,6 @@ unsafe impl<A: Element> Send for Inner<A> {}
 // SAFETY: as above.
 unsafe impl<A: Element> Sync for Inner<A> {}
 
-/// How a [`PagedVariable`] is built: its name and page size.
-#[derive(Debug)]
-pub struct PagedVariableBuilder<A: Element, D: Dimension> {
-    init: Array<A, D>,
-    name: Option<String>,
-    rows_per_page: Option<usize>,
-    /// The tree's shape, `(log2 fanout, levels)`; `None` picks it (tests build deep trees).
-    tree: Option<(u32, u32)>,
-}
-
-impl<A: Element, D: Dimension> PagedVariableBuilder<A, D> {
-    /// Names the variable; the name appears in every error about it (default `paged#<id>`).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Rows per page (at least 1, at most the rows there are): what a row write copies at
-    /// least. By default, as many
-    /// rows as fit in 256 bytes (at least one): small pages copy little per sparse write;
-    /// large ones make the tree and dense writes cheaper.
-    pub fn rows_per_page(mut self, rows: usize) -> Self {
-        self.rows_per_page = Some(rows.max(1));
-        self
-    }
-
-    /// Nodes of `2^shift` entries, `levels` deep, whatever the size (tests reach deep trees
-    /// with small tables).
-    #[cfg(test)]
-    pub(crate) fn tree(mut self, shift: u32, levels: u32) -> Self {
-        self.tree = Some((shift.clamp(1, 6), levels.max(1)));
-        self
-    }
-
-    /// Creates the variable; its initial value is version 0.
-    ///
-    /// # Errors
-    /// [`Error::RankMismatch`](crate::Error::RankMismatch) for a 0-d array (it has no rows).
-    pub fn build(self) -> Result<PagedVariable<A>> {
-        let name: Arc<str> = match self.name {
-            Some(name) => name.into(),
-            None => format!("paged#{}", next_id()).into(),
-        };
-        check_has_rows(&name, self.init.shape())?;
-        let layout = Arc::new(Layout::new::<A>(
-            name,
-            self.init.shape(),
-            self.rows_per_page,
-            self.tree,
-        ));
-        let init = standard_elements(&self.init);
-        let (book, head) = Book::new(Arc::clone(&layout), &init);
-        // SAFETY: just built, and ours.
-        let pages = Arc::clone(&unsafe { &*book }.pages);
-        Ok(PagedVariable {
-            inner: Arc::new(Inner {
-                id: next_id(),
-                layout,
-                head: AtomicPtr::new(head),
-                book,
-                lock: Mutex::new(()),
-                queued: AtomicBool::new(false),
-                queue: TicketQueue::default(),
-                claims: Claims::default(),
-                combiner: Combiner::default(),
-                pages,
-            }),
-        })
-    }
-}
-
 /// Counts of a paged variable's pages: what [`PagedVariable`]'s memory bound is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -222,12 +154,7 @@ impl<A: Element> PagedVariable<A> {
 
     /// A builder, to name the variable or choose its page size.
     pub fn builder<D: Dimension>(init: Array<A, D>) -> PagedVariableBuilder<A, D> {
-        PagedVariableBuilder {
-            init,
-            name: None,
-            rows_per_page: None,
-            tree: None,
-        }
+        PagedVariableBuilder::new(init)
     }
 
     /// The name used in errors.
@@ -386,128 +313,6 @@ impl<A: Element> PagedVariable<A> {
                 return Ok(version);
             }
         }
-    }
-}
-
-impl<A: Element> Inner<A> {
-    /// The current value (see [`PagedVariable::read`]): the head, or while a section's
-    /// commit has it pending, the table before.
-    pub(crate) fn read(&self) -> PagedSnapshot<A> {
-        let guard = epoch::pin();
-        // Acquire: pairs with the swap (Release) that published the table and its pages.
-        let mut table = self.head.load(Ordering::Acquire);
-        // SAFETY: the head is counted, and its count is released after our pin.
-        let t = unsafe { &*table };
-        if !t.record.is_committed() {
-            // Acquire: pairs with the head swap's Release (the link to the table before), and
-            // with the Release of `settle` or a cut, which change the link only after the
-            // commit: having read such a change, we see the commit when we look again.
-            let prev = t.prev.load(Ordering::Acquire);
-            if !prev.is_null() && !t.record.is_committed() {
-                table = prev;
-            }
-        }
-        // SAFETY (of what `new` dereferences): a link's count is released after the book's
-        // grace clock has passed every thread pinned at its cut, ours included.
-        PagedSnapshot::new(NonNull::new(table).expect("a head"), guard)
-    }
-
-    /// Builds the next table from the head with `deltas`, in order, and publishes it:
-    /// committed now (`record` of `None`: the table is stamped with the clock) or pending
-    /// with a section's record, which the caller commits and then calls
-    /// [`settled`](Self::settled). Returns the new version number.
-    ///
-    /// # Safety
-    /// The caller holds the right to write ([`access`](Self::access), or the ticket and
-    /// [`access_with_ticket`](Self::access_with_ticket)).
-    pub(crate) unsafe fn write(
-        &self,
-        deltas: &[Delta<'_, A>],
-        record: Option<&Arc<CommitRecord>>,
-    ) -> u64 {
-        // SAFETY: the caller holds the book's lock, and the book is alive while the variable
-        // is.
-        let book = unsafe { (*self.book).ledger() };
-        book.reclaim();
-        // Relaxed: only holders of the lock store the head, and the lock ordered the last
-        // holder's store before us.
-        let old = self.head.load(Ordering::Relaxed);
-        // SAFETY: `old` is the head and we hold the lock.
-        let new = unsafe { book.build(old, deltas) };
-        match record {
-            // SAFETY: `new` is ours until published, `old` the head, and we hold the lock.
-            None => unsafe { book.link(new, old) },
-            // SAFETY: as above.
-            Some(record) => unsafe { book.link_pending(new, old, record) },
-        }
-        // SAFETY: ours until published, and immutable after.
-        let version = unsafe { &*new }.number;
-        // AcqRel: Release publishes the new table, its nodes and pages, to readers' Acquire
-        // loads. A read-modify-write, as a dense install's CAS, for store snapshots, which
-        // read the head with one (`Head::newest_for_snapshot` says why).
-        self.head.swap(new, Ordering::AcqRel);
-        book.retire_head(&epoch::pin());
-        free_orphans();
-        version
-    }
-
-    /// After the record of the pending head (a section's) committed: keeps of its link only
-    /// what store snapshots in progress need.
-    ///
-    /// # Safety
-    /// As for [`write`](Self::write); the head is the table `write` installed pending, and
-    /// its record is committed.
-    pub(crate) unsafe fn settled(&self) {
-        // SAFETY: the caller's contract.
-        let book = unsafe { (*self.book).ledger() };
-        // Relaxed: as in `write`.
-        let head = self.head.load(Ordering::Relaxed);
-        // SAFETY: the head, which we hold the right to write.
-        unsafe { book.settle(head) };
-    }
-}
-
-impl<A: Element> Publish<A> for Inner<A> {
-    /// Paged passes are not split for helpers (yet): a sparse write touches a few pages.
-    /// The flag's holder is never inside an execution (those write alone), so `access`
-    /// cannot fail.
-    fn publish(&self, deltas: &[Delta<'_, A>], _: &Helpers, _: &dyn Fn()) -> Option<u64> {
-        let _access = self.access().ok()?;
-        // SAFETY: we hold the access.
-        Some(unsafe { self.write(deltas, None) })
-    }
-}
-
-/// Releases a count of a table once every thread pinned now has unpinned: for the counts the
-/// book still holds when the variable is dropped, the head's and links' (while it lives, the
-/// book's grace clock does it: [`Ledger::retire_head`](book::Ledger::retire_head)).
-fn retire<A: Element>(table: *mut PagedTable<A>) {
-    struct Retired<A: Element>(*mut PagedTable<A>);
-    // SAFETY: the count it carries is released on whichever thread runs it; the release is
-    // an atomic decrement (and at most an orphan push).
-    unsafe impl<A: Element> Send for Retired<A> {}
-    let retired = Retired(table);
-    let guard = epoch::pin();
-    guard.defer(move || {
-        let retired = retired;
-        // SAFETY: a count the book held (the head's, or a link's), given up once no pinned
-        // reader or walker can still see the table.
-        unsafe { book::release(retired.0) }
-    });
-    guard.flush();
-}
-
-impl<A: Element> Drop for Inner<A> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self`: no writer is left, and the book is alive while we hold it.
-        let ledger = unsafe { (*self.book).ledger() };
-        ledger.take_head_counts().for_each(retire);
-        ledger.take_links().into_iter().for_each(retire);
-        // Relaxed: `&mut self`; no writer is left.
-        retire(self.head.load(Ordering::Relaxed));
-        // SAFETY: the variable's own hold on its book, given up once.
-        unsafe { book::let_go(self.book) };
-        free_orphans();
     }
 }
 
