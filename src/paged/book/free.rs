@@ -1,0 +1,130 @@
+//! What gives a book's pieces back: a page, a node, a tree; the counts of tables and the
+//! book's holders, the last of which hands the book to the orphan list; and the ledger's
+//! drop, which frees everything once no table is counted.
+
+use std::ptr;
+
+use super::{Book, Ledger, Piece};
+use crate::paged::table::{Entry, Node, Page, PagedTable};
+use crate::pool::{orphan, Link};
+use crate::sync::Ordering;
+use crate::Element;
+
+impl<A: Element> Ledger<A> {
+    /// # Safety
+    /// `page` came from [`page`](Self::page) and is ours alone.
+    pub(super) unsafe fn free_page(&self, page: Page<A>) {
+        // Relaxed: a statistic.
+        self.pages.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract: a leaked `Box<[A]>` of `page_len` elements.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(page, self.layout.page_len)) });
+    }
+
+    /// Frees `entry` (null: nothing) and everything under it: a node with `levels` levels of
+    /// nodes under it counting itself, or a page when `levels` is 0.
+    ///
+    /// # Safety
+    /// Everything under `entry` is ours alone, and reachable from nowhere else.
+    unsafe fn free_tree(&self, entry: Entry, levels: u32) {
+        if entry.is_null() {
+            return; // past the last page
+        }
+        if levels == 0 {
+            // SAFETY: the caller's contract; a lowest-level entry is a page.
+            return unsafe { self.free_page(entry.cast()) };
+        }
+        let node = entry.cast::<Entry>();
+        for i in 0..self.layout.fanout {
+            // SAFETY: the caller's contract, for each child of a node we own.
+            unsafe { self.free_tree(*node.add(i), levels - 1) };
+        }
+        // SAFETY: as above; its children are freed.
+        unsafe { free_node(node, self.layout.fanout) };
+    }
+}
+
+/// # Safety
+/// `node` came from [`Ledger::node`] of a layout of `fanout`, and is ours alone.
+pub(super) unsafe fn free_node(node: Node, fanout: usize) {
+    // SAFETY: the caller's contract: a leaked `Box<[Entry]>` of `fanout` entries.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(node, fanout)) });
+}
+
+/// Drops one count of `table`; the last count of the last table of a dropped variable hands
+/// its book to the orphan list. Never frees anything itself.
+///
+/// # Safety
+/// The caller owns one count of `table`, and gives it up.
+pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
+    // Read before the decrement: once the count is zero the writer may reuse the table. The
+    // book outlives this call: our count keeps it among the book's holders until below.
+    // SAFETY: our count keeps the table alive until the decrement.
+    let book = unsafe { (*table).book };
+    // AcqRel. Release: our reads of the table happen-before the writer that sees zero
+    // reuses it. Acquire, for the decrement that takes it to zero: every other holder's
+    // reads of the table happen-before ours, and so before whoever frees the book after our
+    // `let_go` (what `Arc::drop` does with a fence; ThreadSanitizer sees an RMW's Acquire, not
+    // a fence's: with a fence it reported a page read by a dropped owned snapshot as racing
+    // with the book's free). Not a later load of `refs`: once it is zero the writer may reuse
+    // the table and store a new count, which would not carry the holders' Release.
+    // SAFETY: as above.
+    if unsafe { &*table }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: `book` is alive while it counts this table among its holders.
+        unsafe { let_go(book) };
+    }
+}
+
+/// Drops one of the book's holders; the last hands the book to the orphan list.
+///
+/// # Safety
+/// The caller is one of the book's holders, and stops being one.
+pub(crate) unsafe fn let_go<A: Element>(book: *const Book<A>) {
+    // Release: our use of the book happens-before whoever frees it.
+    // SAFETY: a holder keeps the book alive.
+    let holders = &unsafe { &*book }.holders;
+    if holders.fetch_sub(1, Ordering::Release) == 1 {
+        // Acquire: pairs with every other holder's Release decrement (a load, which
+        // ThreadSanitizer sees, rather than a fence).
+        holders.load(Ordering::Acquire);
+        // SAFETY: the last holder: the book is ours, and its `link` is its first field.
+        unsafe { orphan(book.cast_mut().cast::<Link>()) };
+    }
+}
+
+impl<A: Element> Drop for Ledger<A> {
+    /// Runs once no table is counted: frees every table, node and page (each is in exactly
+    /// one place: reachable from the newest table, in an entry's `last_used`, or spare).
+    fn drop(&mut self) {
+        if let Some(head) = self.tables.back() {
+            // SAFETY: kept tables are alive.
+            let head = unsafe { &*head.table };
+            for &entry in head.root.iter() {
+                // SAFETY: reachable from the newest table, so in no other place.
+                unsafe { self.free_tree(entry, self.layout.levels) };
+            }
+        }
+        for kept in std::mem::take(&mut self.tables) {
+            for piece in kept.last_used {
+                match piece {
+                    // SAFETY: in one `last_used` only.
+                    Piece::Page(page) => unsafe { self.free_page(page) },
+                    // SAFETY: as above.
+                    Piece::Node(node) => unsafe { free_node(node, self.layout.fanout) },
+                }
+            }
+            // SAFETY: a kept table came from `Box::into_raw`.
+            let table = unsafe { Box::from_raw(kept.table) };
+            // Under loom: every holder's last look at the table (and its pages) happened
+            // before this free (`release`'s AcqRel; `loom_paged_release`).
+            table.handoff.touch();
+        }
+        for page in std::mem::take(&mut self.spare_pages) {
+            // SAFETY: spare: ours alone.
+            unsafe { self.free_page(page) };
+        }
+        for node in self.spare_nodes.drain(..) {
+            // SAFETY: as above.
+            unsafe { free_node(node, self.layout.fanout) };
+        }
+    }
+}
