@@ -148,7 +148,9 @@ impl<A: Element> TensorQueue<A> {
     }
 
     /// Takes `n` elements at once (no other dequeue interleaves), stacked along a new first
-    /// axis: shape `[n, ..the queue's shape]`. Waits until `n` are there.
+    /// axis: shape `[n, ..the queue's shape]`. Waits until `n` are there; `n = 0` returns an
+    /// empty batch at once, open or closed (TensorFlow's rule: it fails only with fewer than
+    /// `n` left).
     ///
     /// # Errors
     /// [`QueueProblem::Closed`] if the queue is closed with fewer than `n` left (they stay
@@ -227,7 +229,7 @@ impl<A: Element> TensorQueue<A> {
 
     fn take(&self, n: usize, how: Wait) -> Result<Vec<ArrayD<A>>> {
         let mut state = self.lock();
-        while state.items.len() < n.max(1) {
+        while state.items.len() < n {
             if state.closed {
                 return Err(self.error(QueueProblem::Closed));
             }
@@ -237,10 +239,10 @@ impl<A: Element> TensorQueue<A> {
         }
         let taken: Vec<_> = state.items.drain(..n).collect();
         // Room for as many waiting enqueuers as were taken; `notify_all` when several.
-        if n == 1 {
-            self.not_full.notify_one();
-        } else {
-            self.not_full.notify_all();
+        match n {
+            0 => {}
+            1 => self.not_full.notify_one(),
+            _ => self.not_full.notify_all(),
         }
         Ok(taken)
     }

@@ -78,6 +78,19 @@ fn close_fails_enqueues_and_lets_dequeues_drain() {
     );
 }
 
+/// `dequeue_many(0)` has nothing to wait for: an empty batch at once, from an empty open
+/// queue (it waited for an element it then did not take) and from a closed one.
+#[test]
+fn dequeue_many_of_zero_returns_an_empty_batch_at_once() {
+    let q = TensorQueue::<f32>::new("q", 2, &[3]);
+    assert_eq!(q.dequeue_many(0).unwrap().shape(), &[0, 3]);
+    q.enqueue(arr1(&[1.0, 2.0, 3.0])).unwrap();
+    assert_eq!(q.dequeue_many(0).unwrap().shape(), &[0, 3]);
+    assert_eq!(q.len(), 1, "nothing taken");
+    q.close(false);
+    assert_eq!(q.dequeue_many(0).unwrap().shape(), &[0, 3]);
+}
+
 #[test]
 fn close_with_cancel_fails_blocked_enqueuers_and_without_lets_them_finish() {
     for cancel in [true, false] {
