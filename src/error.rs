@@ -230,6 +230,20 @@ pub enum Error {
         /// The section.
         section: String,
     },
+
+    /// A setting that no step could use (a NaN or negative learning rate, a decay of 1 or
+    /// more, a negative clipping norm): refused before anything was built or applied.
+    #[error("{owner}: {setting} = {value} is out of range (expected {expected})")]
+    InvalidSetting {
+        /// What the setting belongs to, e.g. ``optimizer `adam` ``.
+        owner: String,
+        /// The setting, e.g. `lr`.
+        setting: &'static str,
+        /// The value given, as `{:?}` prints it.
+        value: String,
+        /// The range it must be in.
+        expected: &'static str,
+    },
 }
 
 fn rank_words(rank: Option<usize>) -> String {
@@ -262,6 +276,28 @@ pub enum QueueProblem {
 
 /// `Result<T, mvtensor::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A rate's range: finite and at least 0.
+pub(crate) const RATE: &str = "finite and at least 0";
+
+/// Checks that `setting` of `owner` is in range (`ok`), described by `expected` otherwise.
+pub(crate) fn check_setting(
+    owner: impl FnOnce() -> String,
+    setting: &'static str,
+    value: impl std::fmt::Debug,
+    ok: bool,
+    expected: &'static str,
+) -> Result<()> {
+    if ok {
+        return Ok(());
+    }
+    Err(Error::InvalidSetting {
+        owner: owner(),
+        setting,
+        value: format!("{value:?}"),
+        expected,
+    })
+}
 
 /// Checks that `found` is exactly `expected`, naming `variable` otherwise. (Inline, the
 /// error built out of line: every write and optimizer step checks a shape.)

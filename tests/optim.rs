@@ -306,7 +306,7 @@ fn a_soft_update_is_atomic_over_the_targets_while_the_online_net_trains() {
         Variable::new(Array1::<f64>::zeros(8)),
         Variable::new(Array1::<f64>::zeros(1)),
     );
-    let train = Optimizer::sgd(-1.0).param(&w).param(&b).build().unwrap(); // w, b grow together
+    let train = Optimizer::sgd(1.0).param(&w).param(&b).build().unwrap();
     let polyak = SoftUpdate::new()
         .pair(&tw, &w)
         .pair(&tb, &b)
@@ -314,7 +314,8 @@ fn a_soft_update_is_atomic_over_the_targets_while_the_online_net_trains() {
         .unwrap();
     let step = |_| {
         train
-            .step((&Array1::<f64>::ones(8), &Array1::<f64>::ones(1)))
+            // Gradients of -1: w and b grow together.
+            .step((&Array1::from_elem(8, -1.0), &Array1::from_elem(1, -1.0)))
             .unwrap();
     };
     let blend = |_| {
@@ -458,9 +459,80 @@ fn hogwild_steps_apply_each_callers_own_learning_rate() {
             .step_with_lr(bad, (&Array1::<f64>::ones(3),))
             .unwrap_err();
         assert!(
-            matches!(&err, Error::InvalidValue { variable, .. } if variable == w.name()),
+            matches!(&err, Error::InvalidSetting { owner, setting: "lr", .. }
+                if owner.contains(w.name())),
             "{err}"
         );
         assert!(w.read().iter().all(|&x| x == expected));
     }
+}
+
+/// Settings no step could use are refused by `build` (and `build_packed`), naming the
+/// optimizer and the setting, before anything is built: the parameters stay unclaimed.
+#[test]
+fn optimizer_settings_out_of_range_are_refused_before_anything_is_built() {
+    let w = Variable::new(Array1::<f32>::zeros(2));
+    let nan = f32::NAN;
+    let cases = [
+        ("lr", Optimizer::sgd(nan)),
+        ("lr", Optimizer::adam(-1e-3)),
+        ("lr", Optimizer::momentum(f32::INFINITY, 0.9)),
+        ("momentum", Optimizer::momentum(0.1, -0.5)),
+        ("beta1", Optimizer::adam(1e-3).betas(1.0, 0.999)),
+        ("beta2", Optimizer::adam(1e-3).betas(0.9, nan)),
+        ("eps", Optimizer::adam(1e-3).eps(-1e-8)),
+        ("weight_decay", Optimizer::adamw(1e-3, nan)),
+        (
+            "clip_global_norm",
+            Optimizer::sgd(0.1).clip_global_norm(-1.0),
+        ),
+    ];
+    for (bad, builder) in cases {
+        let err = builder.name("opt").param(&w).build().unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidSetting { owner, setting, .. }
+                if owner == "optimizer `opt`" && *setting == bad),
+            "{bad}: {err}"
+        );
+    }
+    let packed = mvtensor::optim::Packed::builder().tensor("t", &Array1::<f32>::zeros(2));
+    let err = Optimizer::adam(nan).build_packed(packed).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidSetting { setting: "lr", .. }),
+        "{err}"
+    );
+    // Nothing was claimed: a section can still take the parameter exclusively.
+    mvtensor::CriticalSection::builder()
+        .resource(&w)
+        .build()
+        .unwrap();
+    // The edges are in range: a zero rate, no momentum, an infinite clipping norm.
+    let zero = Optimizer::momentum(0.0, 0.0).clip_global_norm(f32::INFINITY);
+    zero.param(&Variable::new(Array1::<f32>::zeros(2)))
+        .build()
+        .unwrap();
+}
+
+/// A soft update's `tau` outside `[0, 1]` (NaN included) is refused and blends nothing.
+#[test]
+fn a_soft_update_refuses_a_tau_outside_zero_to_one() {
+    use mvtensor::optim::SoftUpdate;
+    let (target, online) = (
+        Variable::builder(Array1::<f64>::zeros(2))
+            .name("target")
+            .build(),
+        Variable::new(Array1::<f64>::ones(2)),
+    );
+    let soft = SoftUpdate::new().pair(&target, &online).build().unwrap();
+    for tau in [-0.1, 1.5, f64::NAN] {
+        let err = soft.apply(tau).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidSetting { owner, setting: "tau", .. }
+                if owner.contains("`target`")),
+            "{err}"
+        );
+        assert_eq!(target.read().to_vec(), vec![0.0, 0.0]);
+    }
+    soft.apply(1.0).unwrap();
+    assert_eq!(target.read().to_vec(), vec![1.0, 1.0]);
 }

@@ -6,7 +6,7 @@ use super::rule::Rule;
 use super::schedule::Schedule;
 use super::step_count::STEP_LEN;
 use super::{Optimizer, Packed, PackedBuilder, Part};
-use crate::error::Result;
+use crate::error::{check_setting, Result};
 use crate::{CriticalSection, Element, Variable};
 
 /// Options for an [`Optimizer`]: start with [`Optimizer::sgd`], [`Optimizer::momentum`],
@@ -144,13 +144,17 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// and the section.
     ///
     /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out
+    /// of range (PyTorch's ranges: the learning rate, momentum, epsilon and weight decay
+    /// finite and at least 0, Adam's betas at least 0 and below 1, a clipping norm at least
+    /// 0), checked before anything is built;
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to
     /// another section that holds it exclusively;
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a set added with
     /// [`packed`](Self::packed) that holds another optimizer's state (its variable is longer
     /// than its tensors).
     pub fn build(mut self) -> Result<Optimizer<A>> {
-        let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
+        let name = self.checked_name()?;
         let (shapes, len) = self.state_shape();
         let state = Variable::builder(ndarray::Array1::<A>::zeros(len))
             .name(format!("{name}.state"))
@@ -197,7 +201,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// # Errors
     /// As for [`PackedBuilder::build`](super::PackedBuilder::build) and [`build`](Self::build).
     pub fn build_packed(mut self, set: PackedBuilder<A>) -> Result<(Packed<A>, Optimizer<A>)> {
-        let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
+        let name = self.checked_name()?;
         // The set's tensors, as `packed` adds them, to size the state.
         let sizing = set.layout_only()?;
         let param = self.params.len();
@@ -215,6 +219,25 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         let state = set.variable().clone();
         let optimizer = self.finish(name, shapes, state, Some((param, elements)))?;
         Ok((set, optimizer))
+    }
+
+    /// The optimizer's name, once its settings are checked (before anything is built).
+    fn checked_name(&self) -> Result<String> {
+        let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
+        let owner = format!("optimizer `{name}`");
+        self.rule.check(&owner)?;
+        if let Some(max) = self.clip {
+            // Infinity never clips; a negative norm would turn every gradient around.
+            let expected = "at least 0 (infinity: never clips)";
+            check_setting(
+                || owner,
+                "clip_global_norm",
+                max,
+                max >= A::zero(),
+                expected,
+            )?;
+        }
+        Ok(name)
     }
 
     /// Each parameter's shape now, and the state's length; fits the parts of plain

@@ -3,7 +3,7 @@
 use ndarray::{ArrayViewD, Dimension, IxDyn, NdFloat};
 
 use super::{Gradients, Packed};
-use crate::error::{check_shape, Error, Result};
+use crate::error::{check_setting, check_shape, Error, Result, RATE};
 use crate::{Element, Variable};
 
 /// Hogwild SGD: each parameter updated with a combined `scaled_add`, no section; see the
@@ -85,7 +85,8 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     /// `p -= lr * g` for every parameter, one combined write each.
     ///
     /// # Errors
-    /// [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
+    /// [`Error::InvalidSetting`] if the rate given to [`new`](Self::new) is negative or not
+    /// finite; [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
     /// tensor of a packed set) whose gradient does not fit, or a set that holds an
     /// optimizer's state (its variable is longer than its tensors). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape
@@ -118,26 +119,17 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     /// ```
     ///
     /// # Errors
-    /// As [`step`](Self::step), and [`Error::InvalidValue`] naming the first parameter if
-    /// `lr` is negative or not finite (a rate, like a schedule's factor, is finite and at
-    /// least 0); nothing is applied then.
+    /// As [`step`](Self::step), and [`Error::InvalidSetting`] (naming the first parameter)
+    /// if `lr` is negative or not finite; nothing is applied then.
     pub fn step_with_lr(&self, lr: A, grads: impl Gradients<A>) -> Result<()> {
         if let Some(misfit) = &self.misfit {
             return Err(misfit.clone());
         }
-        if !(lr.is_finite() && lr >= A::zero()) {
-            return Err(Error::InvalidValue {
-                variable: self
-                    .params
-                    .first()
-                    .map_or("(no parameter)", |p| p.name())
-                    .to_owned(),
-                problem: format!(
-                    "its Hogwild step was given the learning rate {lr:?} (a rate is finite \
-                     and at least 0)"
-                ),
-            });
-        }
+        let owner = || match self.params.first() {
+            Some(first) => format!("Hogwild SGD over `{}`", first.name()),
+            None => "Hogwild SGD".to_owned(),
+        };
+        check_setting(owner, "lr", lr, lr.is_finite() && lr >= A::zero(), RATE)?;
         let grads = grads.collect();
         if grads.len() != self.parts.len() {
             return Err(Error::GradientCount {

@@ -5,6 +5,8 @@ use std::borrow::Cow;
 
 use ndarray::NdFloat;
 
+use crate::error::{check_setting, Result, RATE};
+
 /// The update rule of an [`Optimizer`](super::Optimizer).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
@@ -38,6 +40,44 @@ pub enum Rule<A> {
 }
 
 impl<A: NdFloat> Rule<A> {
+    /// Checks every setting of the rule (PyTorch's ranges): rates and weight decay finite
+    /// and at least 0, momentum too, Adam's betas at least 0 and below 1.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming `owner` and the first setting out of range.
+    pub(super) fn check(&self, owner: &str) -> Result<()> {
+        let owner = || owner.to_owned();
+        let rate = |x: A| x.is_finite() && x >= A::zero();
+        let decay = |x: A| x >= A::zero() && x < A::one();
+        const DECAY: &str = "at least 0 and below 1";
+        match *self {
+            Rule::Sgd { lr } => check_setting(owner, "lr", lr, rate(lr), RATE),
+            Rule::Momentum { lr, momentum } => {
+                check_setting(owner, "lr", lr, rate(lr), RATE)?;
+                check_setting(owner, "momentum", momentum, rate(momentum), RATE)
+            }
+            Rule::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => {
+                check_setting(owner, "lr", lr, rate(lr), RATE)?;
+                check_setting(owner, "beta1", beta1, decay(beta1), DECAY)?;
+                check_setting(owner, "beta2", beta2, decay(beta2), DECAY)?;
+                check_setting(owner, "eps", eps, rate(eps), RATE)?;
+                check_setting(
+                    owner,
+                    "weight_decay",
+                    weight_decay,
+                    rate(weight_decay),
+                    RATE,
+                )
+            }
+        }
+    }
+
     /// Adam's bias corrections at step `t`, `(1 - beta1^t, 1 - beta2^t)`; `(1, 1)` for the
     /// other rules. Once per step, not per parameter (`powi` is ~80 instructions).
     pub(super) fn bias_correction(&self, t: i64) -> (A, A) {

@@ -4,7 +4,7 @@
 use ndarray::{Dimension, NdFloat, Zip};
 
 use super::{standard, standard_mut, Packed};
-use crate::error::{check_shape, Error, Result};
+use crate::error::{check_setting, check_shape, Error, Result};
 use crate::read_all::read_all;
 use crate::{CriticalSection, Element, Variable};
 
@@ -63,10 +63,18 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
     /// targets.
     ///
     /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) if `tau` is not in `[0, 1]`
+    /// (NaN included): nothing is applied;
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a target whose online
     /// twin has another shape (nothing is applied); [`Error::Reentrant`](crate::Error::Reentrant)
     /// from inside another execution.
     pub fn apply(&self, tau: A) -> Result<()> {
+        let owner = || match self.targets.first() {
+            Some(first) => format!("soft update of `{}`", first.name()),
+            None => "soft update".to_owned(),
+        };
+        let blends = tau >= A::zero() && tau <= A::one();
+        check_setting(owner, "tau", tau, blends, "in [0, 1]")?;
         let online = read_all(&self.online[..]);
         self.section.execute(|tx| {
             let pairs = self.targets.iter().zip(&online).zip(&self.tensors);
