@@ -418,3 +418,44 @@ impl View for Plain {
         self.0.len()
     }
 }
+
+/// A trainer resumed from its last checkpoint starts a new process, whose commit clock
+/// starts again: its new files must still sort after its previous run's. (They were named
+/// after the clock alone: with `keep` files from a longer run in the directory, each new save
+/// was the lowest number and was deleted as soon as it was written, its path returned.)
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_resumed_trainers_checkpoints_sort_after_its_previous_runs() {
+    use mvtensor::checkpoint::Checkpoints;
+    let dir = scratch();
+    let store = Store::new();
+    let w = store.variable("w", Array1::<f32>::zeros(2)).unwrap();
+    // The previous run's last checkpoint, numbered far beyond this process's clock.
+    let previous = dir
+        .path()
+        .join(format!("checkpoint-{:020}.safetensors", u64::MAX / 2));
+    store.snapshot().save(&previous).unwrap();
+    // A file that only looks like a checkpoint is neither counted nor removed.
+    let stranger = dir.path().join("checkpoint-notes.safetensors");
+    std::fs::write(&stranger, b"not ours").unwrap();
+
+    let checkpoints = Checkpoints::new(dir.path(), 2).unwrap();
+    let mut saved = Vec::new();
+    for step in 1..=3 {
+        w.assign_add(&Array1::ones(2)).unwrap();
+        saved.push(checkpoints.clone().save(&store).unwrap());
+        let files = checkpoints.list().unwrap();
+        assert_eq!(files.last(), saved.last(), "the newest save sorts last");
+        let newest = Store::load(files.last().unwrap()).unwrap();
+        assert_eq!(newest.get::<f32, Ix1>("w").unwrap().read()[0], step as f32);
+    }
+    // The newest two are kept, the previous run's and the first save removed.
+    assert_eq!(checkpoints.list().unwrap(), saved[1..].to_vec());
+    assert!(!previous.exists() && stranger.exists());
+    // A new handle on the directory counts on from the highest number.
+    let later = Checkpoints::new(dir.path(), 2)
+        .unwrap()
+        .save(&store)
+        .unwrap();
+    assert_eq!(checkpoints.list().unwrap().last(), Some(&later));
+}

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -10,12 +10,20 @@ use super::checkpoint_error;
 use crate::error::Result;
 use crate::Store;
 
-/// A directory of numbered checkpoints (`checkpoint-<timestamp>.safetensors`), of which the
-/// newest `keep` are kept. Call [`save`](Self::save) every N steps, or let
+/// A directory of numbered checkpoints (`checkpoint-<n>.safetensors`), of which the newest
+/// `keep` are kept. Call [`save`](Self::save) every N steps, or let
 /// [`every`](Self::every) save from a background thread every so often.
 ///
+/// A file's number is its snapshot's timestamp, or one more than the highest number in the
+/// directory when that is larger: the commit clock starts again with each process, and a
+/// trainer resumed from its last checkpoint must not have its new files sort before its
+/// previous run's (keeping the newest would then delete them as they are written). So the
+/// highest number is always the newest checkpoint. Clones of one `Checkpoints` share its
+/// count; two handles made with [`new`](Self::new) on one directory in one process do not,
+/// so do not save through both at once.
+///
 /// ```
-/// use std::sync::Arc;
+/// use std::sync::{Arc, Mutex, PoisonError};
 /// use mvtensor::{checkpoint::Checkpoints, Store};
 /// use ndarray::Array1;
 ///
@@ -40,6 +48,8 @@ use crate::Store;
 pub struct Checkpoints {
     dir: PathBuf,
     keep: usize,
+    /// The lowest number the next file may have: one more than the last one's.
+    next: Arc<Mutex<u64>>,
 }
 
 const PREFIX: &str = "checkpoint-";
@@ -53,10 +63,14 @@ impl Checkpoints {
     pub fn new(dir: impl AsRef<Path>, keep: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| checkpoint_error(&dir, e.to_string()))?;
-        Ok(Self {
+        let mut checkpoints = Self {
             dir,
             keep: keep.max(1),
-        })
+            next: Arc::default(),
+        };
+        let highest = checkpoints.list()?.last().and_then(|p| number(p));
+        checkpoints.next = Arc::new(Mutex::new(highest.map_or(0, |n| n.saturating_add(1))));
+        Ok(checkpoints)
     }
 
     /// Saves a snapshot of `store` as the next file, then removes all but the newest
@@ -66,11 +80,16 @@ impl Checkpoints {
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file that could not be
     /// written or removed.
     pub fn save(&self, store: &Store) -> Result<PathBuf> {
-        let snapshot = store.snapshot();
-        // The timestamp orders the files: every snapshot ticks the clock.
-        let path = self
-            .dir
-            .join(format!("{PREFIX}{:020}{SUFFIX}", snapshot.timestamp()));
+        let (snapshot, n) = {
+            // Snapshot and number under one lock: concurrent saves number their files in
+            // the order of their snapshots.
+            let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+            let snapshot = store.snapshot();
+            let n = snapshot.timestamp().max(*next);
+            *next = n.saturating_add(1);
+            (snapshot, n)
+        };
+        let path = self.dir.join(format!("{PREFIX}{n:020}{SUFFIX}"));
         snapshot.save(&path)?;
         let files = self.list()?;
         for old in &files[..files.len().saturating_sub(self.keep)] {
@@ -79,22 +98,20 @@ impl Checkpoints {
         Ok(path)
     }
 
-    /// The checkpoint files in the directory, oldest first.
+    /// The checkpoint files in the directory, oldest (lowest number) first.
     ///
     /// # Errors
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be read.
     pub fn list(&self) -> Result<Vec<PathBuf>> {
         let entries =
             std::fs::read_dir(&self.dir).map_err(|e| checkpoint_error(&self.dir, e.to_string()))?;
-        let mut files: Vec<PathBuf> = entries
+        // Only names this type writes (another file that looks like one is left alone).
+        let mut files: Vec<(u64, PathBuf)> = entries
             .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
-            })
+            .filter_map(|p| Some((number(&p)?, p)))
             .collect();
-        files.sort(); // zero-padded timestamps sort as numbers
+        files.sort_unstable_by_key(|&(n, _)| n);
+        let files = files.into_iter().map(|(_, p)| p).collect();
         Ok(files)
     }
 
@@ -119,6 +136,15 @@ impl Checkpoints {
             thread: Some(thread),
         }
     }
+}
+
+/// The number in a checkpoint file's name.
+fn number(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(SUFFIX)?
+        .parse()
+        .ok()
 }
 
 /// The background checkpointer of [`Checkpoints::every`]. Dropping it stops it (and waits
