@@ -28,7 +28,7 @@ use std::cell::Cell;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::sync::next_id;
+use crate::sync::next_thread_number;
 
 /// Shards per metric: enough that the threads of a big machine rarely share one.
 const SHARDS: usize = 16;
@@ -46,15 +46,16 @@ impl<T> Shard<T> {
     }
 }
 
-/// The shard this thread records into, drawn once per thread from the process-wide unique
-/// ids: consecutive threads get consecutive shards.
+/// The shard this thread records into, drawn once per thread: consecutive threads get
+/// consecutive shards. (Drawn from the variables' ids until 2026-11-27, which variables
+/// created between two threads' first records skipped: two trainers could share a shard.)
 fn my_shard() -> usize {
     thread_local! {
         static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
     }
     SHARD.with(|s| {
         if s.get() == usize::MAX {
-            s.set((next_id() % SHARDS as u64) as usize);
+            s.set((next_thread_number() % SHARDS as u64) as usize);
         }
         s.get()
     })
@@ -152,5 +153,30 @@ impl Mean {
     /// Reads and resets at the same moment: the mean over the last logging interval.
     pub fn take(&self) -> Reading {
         self.sum.take()
+    }
+}
+
+#[cfg(all(test, not(mvtensor_loom)))]
+mod tests {
+    use super::*;
+
+    /// Trainer threads started one after another record into different shards, however many
+    /// variables each creates before its first record.
+    #[test]
+    fn consecutive_threads_record_into_different_shards() {
+        let shards: Vec<usize> = (0..SHARDS)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let _model = crate::Variable::new(ndarray::arr1(&[0.0f32]));
+                    my_shard()
+                })
+                .join()
+                .unwrap()
+            })
+            .collect();
+        let mut distinct = shards.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), SHARDS, "shards drawn: {shards:?}");
     }
 }

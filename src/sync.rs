@@ -118,6 +118,14 @@ pub(crate) fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Numbers threads in the order they first ask (the metrics' shards): consecutive threads
+/// get consecutive numbers, whatever ids are drawn meanwhile.
+pub(crate) fn next_thread_number() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // Relaxed: as for `next_id`, only uniqueness matters.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The global commit clock. Store snapshots tick it; every commit, of any variable in any
 /// store, reads its timestamp here, so a store snapshot is a cut through the commit order
 /// (see [`record`](crate::record)).
