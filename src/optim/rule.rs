@@ -50,30 +50,25 @@ impl<A: NdFloat> Rule<A> {
         let rate = |x: A| x.is_finite() && x >= A::zero();
         let decay = |x: A| x >= A::zero() && x < A::one();
         const DECAY: &str = "at least 0 and below 1";
+        let lr = self.lr();
+        check_setting(owner, "lr", lr, rate(lr), RATE)?;
         match *self {
-            Rule::Sgd { lr } => check_setting(owner, "lr", lr, rate(lr), RATE),
-            Rule::Momentum { lr, momentum } => {
-                check_setting(owner, "lr", lr, rate(lr), RATE)?;
+            Rule::Sgd { .. } => Ok(()),
+            Rule::Momentum { momentum, .. } => {
                 check_setting(owner, "momentum", momentum, rate(momentum), RATE)
             }
             Rule::Adam {
-                lr,
                 beta1,
                 beta2,
                 eps,
                 weight_decay,
+                ..
             } => {
-                check_setting(owner, "lr", lr, rate(lr), RATE)?;
                 check_setting(owner, "beta1", beta1, decay(beta1), DECAY)?;
                 check_setting(owner, "beta2", beta2, decay(beta2), DECAY)?;
                 check_setting(owner, "eps", eps, rate(eps), RATE)?;
-                check_setting(
-                    owner,
-                    "weight_decay",
-                    weight_decay,
-                    rate(weight_decay),
-                    RATE,
-                )
+                let wd = weight_decay;
+                check_setting(owner, "weight_decay", wd, rate(wd), RATE)
             }
         }
     }
