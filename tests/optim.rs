@@ -536,3 +536,28 @@ fn a_soft_update_refuses_a_tau_outside_zero_to_one() {
     soft.apply(1.0).unwrap();
     assert_eq!(target.read().to_vec(), vec![1.0, 1.0]);
 }
+
+/// A parameter added twice is refused (PyTorch refuses it too): each step would apply two
+/// gradients to it, and Adam keep two states for it.
+#[test]
+fn a_parameter_added_twice_is_refused() {
+    let w = Variable::builder(Array1::<f32>::zeros(2)).name("w").build();
+    let b = Variable::new(Array1::<f32>::zeros(2));
+    let twice = |err: Error| {
+        matches!(&err, Error::InvalidSetting { setting: "params", value, .. }
+            if value.contains("`w`"))
+    };
+    let built = Optimizer::adam(1e-3).param(&w).param(&b).param(&w).build();
+    assert!(twice(built.unwrap_err()));
+    let set = mvtensor::optim::Packed::builder()
+        .name("w")
+        .tensor("t", &Array1::<f32>::zeros(2))
+        .build()
+        .unwrap();
+    let built = Optimizer::sgd(0.1f32).packed(&set).packed(&set).build();
+    assert!(twice(built.unwrap_err()));
+    let sgd = HogwildSgd::new(1.0).param(&w).param(&w);
+    let ones = Array1::<f32>::ones(2);
+    assert!(twice(sgd.step((&ones, &ones)).unwrap_err()));
+    assert_eq!(w.read().to_vec(), vec![0.0, 0.0], "nothing applied");
+}

@@ -5,7 +5,7 @@ use ndarray::{Dimension, Ix1, NdFloat};
 use super::rule::Rule;
 use super::schedule::Schedule;
 use super::step_count::STEP_LEN;
-use super::{Optimizer, Packed, PackedBuilder, Part};
+use super::{added_twice, Optimizer, Packed, PackedBuilder, Part};
 use crate::error::{check_setting, Result};
 use crate::{CriticalSection, Element, Variable};
 
@@ -20,13 +20,15 @@ pub struct OptimizerBuilder<A: Element> {
     pub(super) params: Vec<Variable<A>>,
     pub(super) parts: Vec<Part>,
     pub(super) name: Option<String>,
-    /// A set added with [`packed`](Self::packed) that holds another optimizer's state.
+    /// A set added with [`packed`](Self::packed) that holds another optimizer's state, or a
+    /// parameter added twice: `build` refuses them.
     pub(super) misfit: Option<crate::Error>,
 }
 
 impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// Adds a parameter; the gradients of a step come in the order parameters were added.
     pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
+        self.refuse_twice(param.erased());
         self.parts.push(Part {
             param: self.params.len(),
             shape: param.shape(),
@@ -44,6 +46,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         if let Err(misfit) = set.layout().check_tensors_only() {
             self.misfit.get_or_insert(misfit);
         }
+        self.refuse_twice(set.variable().erased());
         let param = self.params.len();
         for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
             self.parts.push(Part {
@@ -147,7 +150,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out
     /// of range (PyTorch's ranges: the learning rate, momentum, epsilon and weight decay
     /// finite and at least 0, Adam's betas at least 0 and below 1, a clipping norm at least
-    /// 0), checked before anything is built;
+    /// 0), or a parameter (or packed set) added twice, checked before anything is built;
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to
     /// another section that holds it exclusively;
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a set added with
@@ -219,6 +222,15 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         let state = set.variable().clone();
         let optimizer = self.finish(name, shapes, state, Some((param, elements)))?;
         Ok((set, optimizer))
+    }
+
+    /// Makes `build` refuse a parameter added a second time.
+    fn refuse_twice(&mut self, param: &Variable<A>) {
+        let name = &self.name;
+        let owner = || format!("optimizer `{}`", name.as_deref().unwrap_or("optimizer"));
+        if let Some(twice) = added_twice(owner, &self.params, param) {
+            self.misfit.get_or_insert(twice);
+        }
     }
 
     /// The optimizer's name, once its settings are checked (before anything is built).

@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayViewD, Dimension, IxDyn, NdFloat};
 
-use super::{Gradients, Packed};
+use super::{added_twice, Gradients, Packed};
 use crate::error::{check_setting, check_shape, Error, Result, RATE};
 use crate::{Element, Variable};
 
@@ -55,6 +55,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     /// Adds a parameter; gradients come in the order parameters were added.
     #[must_use]
     pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
+        self.refuse_twice(param.erased());
         self.parts.push((self.params.len(), param.shape(), None));
         self.params.push(param.erased().clone());
         self
@@ -68,6 +69,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
         if let Err(misfit) = set.layout().check_tensors_only() {
             self.misfit.get_or_insert(misfit);
         }
+        self.refuse_twice(set.variable().erased());
         for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
             let label = set.layout().label(i);
             self.parts
@@ -75,6 +77,21 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
         }
         self.params.push(set.variable().erased().clone());
         self
+    }
+
+    /// How errors about its settings name it.
+    fn owner(&self) -> String {
+        match self.params.first() {
+            Some(first) => format!("Hogwild SGD over `{}`", first.name()),
+            None => "Hogwild SGD".to_owned(),
+        }
+    }
+
+    /// Makes every step refuse a parameter added a second time.
+    fn refuse_twice(&mut self, param: &Variable<A>) {
+        if let Some(twice) = added_twice(|| self.owner(), &self.params, param) {
+            self.misfit.get_or_insert(twice);
+        }
     }
 
     /// The learning rate [`step`](Self::step) uses: the one given to [`new`](Self::new).
@@ -86,7 +103,7 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] if the rate given to [`new`](Self::new) is negative or not
-    /// finite; [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
+    /// finite, or a parameter was added twice; [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
     /// tensor of a packed set) whose gradient does not fit, or a set that holds an
     /// optimizer's state (its variable is longer than its tensors). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape
@@ -125,11 +142,13 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
         if let Some(misfit) = &self.misfit {
             return Err(misfit.clone());
         }
-        let owner = || match self.params.first() {
-            Some(first) => format!("Hogwild SGD over `{}`", first.name()),
-            None => "Hogwild SGD".to_owned(),
-        };
-        check_setting(owner, "lr", lr, lr.is_finite() && lr >= A::zero(), RATE)?;
+        check_setting(
+            || self.owner(),
+            "lr",
+            lr,
+            lr.is_finite() && lr >= A::zero(),
+            RATE,
+        )?;
         let grads = grads.collect();
         if grads.len() != self.parts.len() {
             return Err(Error::GradientCount {

@@ -59,7 +59,7 @@ pub use replicas::Replicas;
 pub use rule::Rule;
 pub use soft::{SoftUpdate, SoftUpdateBuilder};
 
-use crate::error::{check_shape, Error, Result};
+use crate::error::{check_setting, check_shape, Error, Result};
 use crate::{CriticalSection, Element, Store, Variable};
 use grads::Collected;
 use rule::{apply, clip_scale, State, Update};
@@ -323,4 +323,17 @@ fn standard_mut<A, D: Dimension>(array: &mut ndarray::ArrayRef<A, D>) -> &mut [A
     array
         .as_slice_mut()
         .expect("working copies are in standard layout")
+}
+
+/// The error for `param` added to `owner` a second time (PyTorch refuses it too): each step
+/// would apply two gradients to one variable, and Adam keep two states for it.
+fn added_twice<A: Element>(
+    owner: impl FnOnce() -> String,
+    params: &[Variable<A>],
+    param: &Variable<A>,
+) -> Option<Error> {
+    let twice = params.iter().any(|p| p.inner.id == param.inner.id);
+    let expected = "each parameter once";
+    let value = format!("`{}` added twice", param.name());
+    check_setting(owner, "params", value, !twice, expected).err()
 }
