@@ -46,6 +46,16 @@ enum Wait {
     Until(Instant),
 }
 
+impl Wait {
+    /// At most `timeout` from now; a timeout too long for an `Instant` (`Duration::MAX`,
+    /// as `mpsc::Receiver::recv_timeout` accepts) waits as long as it takes.
+    fn within(timeout: Duration) -> Self {
+        Instant::now()
+            .checked_add(timeout)
+            .map_or(Wait::Block, Wait::Until)
+    }
+}
+
 /// A bounded FIFO queue of tensors of one shape; see the [module docs](self).
 pub struct TensorQueue<A: Element> {
     name: String,
@@ -109,7 +119,7 @@ impl<A: Element> TensorQueue<A> {
         value: Array<A, D>,
         timeout: Duration,
     ) -> Result<()> {
-        self.put(value.into_dyn(), Wait::Until(Instant::now() + timeout))
+        self.put(value.into_dyn(), Wait::within(timeout))
     }
 
     /// Adds `value` only if there is room now.
@@ -123,7 +133,8 @@ impl<A: Element> TensorQueue<A> {
     /// Takes the front element, waiting while the queue is empty and open.
     ///
     /// # Errors
-    /// [`Error::Queue`] with [`QueueProblem::Closed`] once the queue is closed and empty.
+    /// [`Error::Queue`] with [`QueueProblem::Closed`] once the queue is closed and empty,
+    /// and no enqueue it lets finish (closed without `cancel_pending_enqueues`) still waits.
     pub fn dequeue(&self) -> Result<ArrayD<A>> {
         self.take(1, Wait::Block)
             .map(|mut v| v.pop().expect("one taken"))
@@ -134,7 +145,7 @@ impl<A: Element> TensorQueue<A> {
     /// # Errors
     /// As for `dequeue`, and [`QueueProblem::TimedOut`].
     pub fn dequeue_timeout(&self, timeout: Duration) -> Result<ArrayD<A>> {
-        self.take(1, Wait::Until(Instant::now() + timeout))
+        self.take(1, Wait::within(timeout))
             .map(|mut v| v.pop().expect("one taken"))
     }
 
@@ -217,20 +228,28 @@ impl<A: Element> TensorQueue<A> {
             let (back, waited) = self.wait(&self.not_full, state, how, QueueProblem::Full);
             state = back;
             state.pending -= 1;
-            waited?;
+            if waited.is_err() {
+                // A dequeue of a closed queue may be waiting for this enqueue to finish.
+                self.not_empty.notify_all();
+                return waited;
+            }
         }
         if state.cancelled {
             return Err(self.error(QueueProblem::Closed));
         }
         state.items.push_back(value);
-        self.not_empty.notify_one();
+        // All: a `dequeue_many(n)` waiting for more may be the one woken, and it would keep
+        // the wake-up from a `dequeue` that one element serves.
+        self.not_empty.notify_all();
         Ok(())
     }
 
     fn take(&self, n: usize, how: Wait) -> Result<Vec<ArrayD<A>>> {
         let mut state = self.lock();
         while state.items.len() < n {
-            if state.closed {
+            // Closed: nothing more will come once the enqueues waiting for room are done
+            // (without `cancel_pending_enqueues` they still complete: wait for them).
+            if state.closed && (state.pending == 0 || state.cancelled) {
                 return Err(self.error(QueueProblem::Closed));
             }
             let (back, waited) = self.wait(&self.not_empty, state, how, QueueProblem::Empty);

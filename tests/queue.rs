@@ -158,3 +158,62 @@ fn producers_and_consumers_hand_over_every_batch_once() {
         "every batch dequeued exactly once"
     );
 }
+
+/// Closed without cancelling, an enqueue waiting for room still completes, and the dequeues
+/// wait for it: they drain it too before they report the queue closed. (They reported it
+/// closed as soon as it was empty, while the enqueue then returned `Ok`: an element lost in
+/// most rounds.)
+#[test]
+fn a_dequeue_of_a_closed_queue_waits_for_the_enqueues_it_lets_finish() {
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    for _ in 0..rounds {
+        let q = TensorQueue::<i32>::new("q", 1, &[]);
+        q.enqueue(ndarray::arr0(0)).unwrap(); // full
+        std::thread::scope(|s| {
+            let late = s.spawn(|| q.enqueue(ndarray::arr0(1)));
+            while q.pending_enqueues() == 0 {
+                std::thread::yield_now();
+            }
+            q.close(false);
+            let drained: Vec<i32> = std::iter::from_fn(|| q.dequeue().ok())
+                .map(|a| a[[]])
+                .collect();
+            assert!(late.join().unwrap().is_ok());
+            assert_eq!(drained, vec![0, 1], "the late enqueue's element was lost");
+        });
+    }
+}
+
+/// An enqueue wakes a single `dequeue` even while a `dequeue_many` that one element does
+/// not serve waits too. (The one wake-up went to whichever waited, and when that was the
+/// `dequeue_many`, the `dequeue` slept on beside an element until its timeout.)
+#[test]
+#[cfg_attr(miri, ignore = "waits on wall-clock timeouts")]
+fn an_element_wakes_a_dequeue_beside_a_waiting_dequeue_many() {
+    for _ in 0..20 {
+        let q = TensorQueue::<i32>::new("q", 4, &[]);
+        std::thread::scope(|s| {
+            let many = s.spawn(|| q.dequeue_many(3));
+            let one = s.spawn(|| q.dequeue_timeout(std::time::Duration::from_secs(5)));
+            for _ in 0..1000 {
+                std::thread::yield_now(); // let both start waiting (not needed to pass)
+            }
+            q.enqueue(ndarray::arr0(7)).unwrap();
+            let one = one.join().unwrap().map(|a| a[[]]);
+            q.close(true); // lets the `dequeue_many` go, whatever happened
+            assert_eq!(one, Ok(7));
+            assert!(many.join().unwrap().is_err());
+        });
+    }
+}
+
+/// A timeout too long for an `Instant` waits as long as it takes (as `recv_timeout` does),
+/// instead of panicking on the overflow.
+#[test]
+fn a_timeout_of_duration_max_waits_instead_of_panicking() {
+    let q = TensorQueue::<i32>::new("q", 1, &[]);
+    q.enqueue_timeout(ndarray::arr0(3), std::time::Duration::MAX)
+        .unwrap();
+    let got = q.dequeue_timeout(std::time::Duration::MAX).unwrap();
+    assert_eq!(got[[]], 3);
+}
