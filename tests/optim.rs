@@ -561,3 +561,44 @@ fn a_parameter_added_twice_is_refused() {
     assert!(twice(sgd.step((&ones, &ones)).unwrap_err()));
     assert_eq!(w.read().to_vec(), vec![0.0, 0.0], "nothing applied");
 }
+
+/// One worker's bad gradients fail every step for every worker, however the workers' steps
+/// overlap. (The reset of the last outcome ran after the barrier that let workers into the
+/// next step, and wiped a fast worker's error: an audit saw thousands of such steps applied
+/// with three workers' gradients and reported `Ok`.)
+#[test]
+fn a_replica_with_bad_gradients_every_step_fails_every_step() {
+    use mvtensor::optim::Replicas;
+    let (workers, steps) = if cfg!(miri) { (2, 5) } else { (4, 3000) };
+    let w = Variable::new(Array1::<f64>::zeros(1));
+    let replicas = Replicas::new(Optimizer::sgd(1.0).param(&w).build().unwrap(), workers);
+    std::thread::scope(|s| {
+        for worker in 0..workers {
+            let replicas = &replicas;
+            s.spawn(move || {
+                let (good, bad) = (Array1::from_elem(1, 1.0), Array1::from_elem(2, 1.0));
+                for _ in 0..steps {
+                    let g = if worker == 0 { &bad } else { &good };
+                    assert!(replicas.step((g,)).is_err(), "a failed step reported Ok");
+                }
+            });
+        }
+    });
+    assert_eq!((w.read()[0], replicas.optimizer().steps()), (0.0, 0));
+}
+
+/// An infinite gradient makes one step's parameters infinite, and no later one's: the sums
+/// start again from zero (subtracting what was read left inf - inf = NaN in them for good).
+#[test]
+fn a_replicas_step_after_an_infinite_gradient_starts_clean() {
+    use mvtensor::optim::Replicas;
+    let w = Variable::new(Array1::<f64>::zeros(1));
+    let replicas = Replicas::new(Optimizer::sgd(1.0).param(&w).build().unwrap(), 1);
+    replicas
+        .step((&Array1::from_elem(1, f64::INFINITY),))
+        .unwrap();
+    assert_eq!(w.read()[0], f64::NEG_INFINITY);
+    w.assign(Array1::zeros(1)).unwrap(); // rolled back, as from a checkpoint
+    replicas.step((&Array1::from_elem(1, 1.0),)).unwrap();
+    assert_eq!(w.read()[0], -1.0);
+}

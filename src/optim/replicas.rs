@@ -8,7 +8,7 @@ use std::sync::{Barrier, Mutex};
 use ndarray::{ArrayD, IxDyn, NdFloat};
 
 use super::{Gradients, Optimizer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::read_all::read_all;
 use crate::{Element, Variable};
 
@@ -51,7 +51,9 @@ pub struct Replicas<A: Element> {
     sums: Vec<Variable<A>>,
     workers: usize,
     barrier: Barrier,
-    /// The outcome of the step being applied: its number, or the first worker's error.
+    /// The first error of a worker's gradients in the step being gathered.
+    error: Mutex<Option<Error>>,
+    /// The outcome of the last step applied: its number, or that error.
     outcome: Mutex<Result<i64>>,
 }
 
@@ -68,6 +70,7 @@ impl<A: Element + NdFloat> Replicas<A> {
             sums,
             workers,
             barrier: Barrier::new(workers),
+            error: Mutex::new(None),
             outcome: Mutex::new(Ok(0)),
         }
     }
@@ -86,27 +89,18 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch)), nothing of this step is
     /// applied and every worker gets that error.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
-        let added = self.add(grads);
-        if let Err(e) = added {
-            let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-            if outcome.is_ok() {
-                *outcome = Err(e);
-            }
+        if let Err(e) = self.add(grads) {
+            lock(&self.error).get_or_insert(e);
         }
         if self.barrier.wait().is_leader() {
             self.apply();
         }
-        self.barrier.wait(); // the mean is applied (or the step failed) before anyone leaves
-        let outcome = self
-            .outcome
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if self.barrier.wait().is_leader() {
-            // Everyone has read the outcome: the next step starts clean.
-            *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Ok(0);
-        }
-        outcome
+        // The step is applied (or failed) before anyone leaves. The outcome stays until the
+        // next step's `apply`, which needs every worker back at the first barrier, so after
+        // it has read this one: a second barrier to reset anything would let a fast worker's
+        // next error be wiped (it was: an audit saw failed steps applied and reported `Ok`).
+        self.barrier.wait();
+        lock(&self.outcome).clone()
     }
 
     /// The asynchronous mode: applies this worker's gradients at once, on their own.
@@ -128,18 +122,30 @@ impl<A: Element + NdFloat> Replicas<A> {
         Ok(())
     }
 
-    /// The last worker of a step: applies the mean of the sums, then clears them.
+    /// The last worker of a step: applies the mean of the sums, then clears them. No worker
+    /// adds to them until every one has passed the second barrier.
     fn apply(&self) {
-        let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
         let sums = read_all(&self.sums[..]);
-        if outcome.is_ok() {
-            let n = A::from(self.workers).expect("a worker count");
-            let means: Vec<ArrayD<A>> = sums.iter().map(|s| s.mapv(|x| x / n)).collect();
-            *outcome = self.optimizer.step(&means);
-        }
+        let outcome = match lock(&self.error).take() {
+            Some(error) => Err(error),
+            None => {
+                let n = A::from(self.workers).expect("a worker count");
+                let means: Vec<ArrayD<A>> = sums.iter().map(|s| s.mapv(|x| x / n)).collect();
+                self.optimizer.step(&means)
+            }
+        };
+        *lock(&self.outcome) = outcome;
         for (sum, seen) in self.sums.iter().zip(&sums) {
-            // Every worker added before the barrier, so `seen` is the whole step's sum.
-            let _ = sum.assign_sub(&**seen);
+            // Zeros, not minus what was read: an infinite gradient would leave NaN behind
+            // (inf - inf) in every later step's sum.
+            let _ = sum.assign(ArrayD::zeros(seen.raw_dim()));
         }
     }
+}
+
+/// Locks `mutex`, ignoring poison: what it guards is whole between statements.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
