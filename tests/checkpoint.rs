@@ -459,3 +459,42 @@ fn a_resumed_trainers_checkpoints_sort_after_its_previous_runs() {
         .unwrap();
     assert_eq!(checkpoints.list().unwrap().last(), Some(&later));
 }
+
+/// Saves through clones at once (a trainer's own beside `every`'s) each keep the newest
+/// files without failing: two saves may both remove the same old file. (The second got
+/// NotFound: an audit's background checkpointer stopped after 11 saves.)
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn saves_through_clones_at_once_all_succeed() {
+    use mvtensor::checkpoint::Checkpoints;
+    let dir = scratch();
+    let store = Store::new();
+    let _w = store.variable("w", Array1::<f32>::zeros(16)).unwrap();
+    let checkpoints = Checkpoints::new(dir.path(), 1).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let (checkpoints, store) = (checkpoints.clone(), &store);
+            s.spawn(move || {
+                for _ in 0..150 {
+                    checkpoints.save(store).unwrap();
+                }
+            });
+        }
+    });
+    assert!(!checkpoints.list().unwrap().is_empty());
+}
+
+/// A variable named `__metadata__` (safetensors' header entry) is refused at save: the file
+/// was written (replacing the previous one at its path), and no reader could read it back.
+#[test]
+fn a_variable_named_like_the_header_metadata_is_refused_at_save() {
+    let store = Store::new();
+    store
+        .variable("__metadata__", Array1::<f32>::ones(3))
+        .unwrap();
+    let err = store.snapshot().to_bytes().unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint { problem, .. } if problem.contains("__metadata__")),
+        "{err}"
+    );
+}

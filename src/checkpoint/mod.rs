@@ -70,6 +70,9 @@ use crate::{DType, Element, Store, StoreSnapshot};
 pub use load::{Missing, Restore};
 pub use periodic::{Checkpoints, Periodic};
 
+/// The header entry safetensors keeps its metadata in: no tensor may have this name.
+const METADATA: &str = "__metadata__";
+
 /// The metadata key of the snapshot's commit timestamp.
 const TIMESTAMP: &str = "mvtensor.timestamp";
 /// The metadata key prefix of each variable's version number.
@@ -83,11 +86,12 @@ impl StoreSnapshot {
     /// holds what it writes.
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the file if it cannot be written; the previous file at
-    /// `path`, if any, is then intact.
+    /// [`Error::Checkpoint`] naming the file if it cannot be written, or if a variable is
+    /// named `__metadata__` (safetensors' header entry); the previous file at `path`, if
+    /// any, is then intact.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let (tensors, metadata) = self.tensors();
+        let (tensors, metadata) = self.tensors().map_err(|p| checkpoint_error(path, p))?;
         file::write_atomically(path, |tmp| {
             safetensors::serialize_to_file(tensors, Some(metadata), tmp).map_err(|e| e.to_string())
         })
@@ -101,15 +105,24 @@ impl StoreSnapshot {
     /// [`Error::Checkpoint`] (file `<bytes>`) if safetensors refuses the header (over its
     /// 100 MB limit: hundreds of thousands of variables).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let (tensors, metadata) = self.tensors();
-        safetensors::serialize(tensors, Some(metadata)).map_err(|e| Error::Checkpoint {
+        let refused = |problem| Error::Checkpoint {
             file: "<bytes>".into(),
-            problem: e.to_string(),
-        })
+            problem,
+        };
+        let (tensors, metadata) = self.tensors().map_err(refused)?;
+        safetensors::serialize(tensors, Some(metadata)).map_err(|e| refused(e.to_string()))
     }
 
-    /// Every variable as a tensor to write, and the file's metadata.
-    fn tensors(&self) -> (Vec<(String, Tensor<'_>)>, HashMap<String, String>) {
+    /// Every variable as a tensor to write, and the file's metadata; refused if a variable
+    /// has the name of the header's metadata entry, which no reader could tell apart (the
+    /// file would be written, and unreadable).
+    fn tensors(&self) -> std::result::Result<Contents<'_>, String> {
+        if self.entries().iter().any(|(name, _)| &**name == METADATA) {
+            return Err(format!(
+                "a variable is named `{METADATA}`, which safetensors reserves for the \
+                 header's metadata: rename it to save"
+            ));
+        }
         let mut metadata = HashMap::new();
         metadata.insert(TIMESTAMP.to_owned(), self.timestamp().to_string());
         let tensors = self
@@ -128,7 +141,7 @@ impl StoreSnapshot {
                 (name.to_string(), tensor)
             })
             .collect();
-        (tensors, metadata)
+        Ok((tensors, metadata))
     }
 }
 
@@ -144,6 +157,9 @@ impl Store {
         Ok(snapshot.timestamp())
     }
 }
+
+/// What a file holds: its tensors by name, and the header's metadata.
+type Contents<'a> = (Vec<(String, Tensor<'a>)>, HashMap<String, String>);
 
 /// One tensor to write: borrowed bytes where the machine is little-endian.
 struct Tensor<'a> {

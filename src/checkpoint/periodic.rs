@@ -93,7 +93,11 @@ impl Checkpoints {
         snapshot.save(&path)?;
         let files = self.list()?;
         for old in &files[..files.len().saturating_sub(self.keep)] {
-            std::fs::remove_file(old).map_err(|e| checkpoint_error(old, e.to_string()))?;
+            match std::fs::remove_file(old) {
+                // Another save (a clone's, the background one's) removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                removed => removed.map_err(|e| checkpoint_error(old, e.to_string()))?,
+            }
         }
         Ok(path)
     }
