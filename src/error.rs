@@ -17,21 +17,23 @@ use crate::DType;
 /// assert!(matches!(err, Error::ShapeMismatch { .. }));
 /// assert_eq!(
 ///     err.to_string(),
-///     "shape mismatch on variable `w`: it has shape [4], the value has shape [] (no broadcasting)"
+///     "shape mismatch on variable `w`: the value must have shape [4], it has shape [] (no \
+///      broadcasting)"
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A value or delta does not have the variable's shape. mvtensor never broadcasts.
+    /// A value or delta does not have the shape it must have. mvtensor never broadcasts.
     #[error(
-        "shape mismatch on variable `{variable}`: it has shape {expected:?}, \
-         the value has shape {found:?} (no broadcasting)"
+        "shape mismatch on variable `{variable}`: the value must have shape {expected:?}, \
+         it has shape {found:?} (no broadcasting)"
     )]
     ShapeMismatch {
         /// The variable written.
         variable: String,
-        /// The variable's shape.
+        /// The shape the value must have: the variable's, or for rows (`scatter_add` and
+        /// the like) `[indices, ..the variable's row shape]`.
         expected: Vec<usize>,
         /// The shape of the value supplied.
         found: Vec<usize>,

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
-use crate::error::{check_indices, Result};
+use crate::error::{check_indices, check_setting, Result};
 use crate::record::Record;
 use crate::sync::{AtomicPtr, AtomicUsize, Handoff};
 use crate::Element;
@@ -269,12 +269,19 @@ impl<A: Element> PagedTable<A> {
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) if the range ends past the
-    /// rows (or starts after it ends).
+    /// rows; [`Error::InvalidSetting`](crate::Error::InvalidSetting) if it starts after it
+    /// ends.
     pub fn rows(&self, range: Range<usize>) -> Result<ArrayD<A>> {
         let rows = self.layout.rows();
-        if range.start > range.end {
-            check_indices(&self.layout.name, range.end, &[range.start])?;
-        }
+        let owner = || format!("paged variable `{}`", self.layout.name);
+        let ordered = range.start <= range.end;
+        check_setting(
+            owner,
+            "rows",
+            &range,
+            ordered,
+            "a range that starts at most where it ends",
+        )?;
         if range.end > rows {
             check_indices(&self.layout.name, rows, &[range.end - 1])?;
         }
