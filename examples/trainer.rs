@@ -29,24 +29,30 @@ fn main() -> Result<(), Error> {
     let steps = Variable::scalar(0i64);
     let start = Instant::now();
     std::thread::scope(|s| {
-        for thread in 0..THREADS {
-            let (w1, b1, w2, b2, steps, data) = (&w1, &b1, &w2, &b2, &steps, &data);
-            s.spawn(move || -> Result<(), Error> {
-                for step in 0..STEPS_PER_THREAD {
-                    // One consistent set of parameters; writers are never blocked by it.
-                    let p = read_all((w1, b1, w2, b2));
-                    let rows = batch(data, thread * STEPS_PER_THREAD + step);
-                    let (_, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &rows);
-                    w1.scaled_add(-LR, &g.0)?; // concurrent updates are combined
-                    b1.scaled_add(-LR, &g.1)?;
-                    w2.scaled_add(-LR, &g.2)?;
-                    b2.scaled_add(-LR, &g.3)?;
-                    steps.fetch_add(1)?;
-                }
-                Ok(())
-            });
-        }
-    });
+        let trainers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (w1, b1, w2, b2, steps, data) = (&w1, &b1, &w2, &b2, &steps, &data);
+                s.spawn(move || -> Result<(), Error> {
+                    for step in 0..STEPS_PER_THREAD {
+                        // One consistent set of parameters; writers are never blocked by it.
+                        let p = read_all((w1, b1, w2, b2));
+                        let rows = batch(data, thread * STEPS_PER_THREAD + step);
+                        let (_, g) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &rows);
+                        w1.scaled_add(-LR, &g.0)?; // concurrent updates are combined
+                        b1.scaled_add(-LR, &g.1)?;
+                        w2.scaled_add(-LR, &g.2)?;
+                        b2.scaled_add(-LR, &g.3)?;
+                        steps.fetch_add(1)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        // A worker's error (none is expected) is the trainer's.
+        trainers
+            .into_iter()
+            .try_for_each(|t| t.join().expect("a trainer panicked"))
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     let p = read_all((&w1, &b1, &w2, &b2));
     let (loss, _) = loss_and_grads((&p.0, &p.1, &p.2, &p.3), &data);

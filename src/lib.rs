@@ -9,8 +9,8 @@
 //!
 //! # A first example
 //!
-//! What a trainer does: threads read the parameters, compute a gradient, and apply it, with
-//! no lock. (A whole trainer is `examples/trainer.rs`; the [`docs::trainer_guide`] says which
+//! What a trainer does: threads read the parameters, compute a gradient, and apply it; no
+//! reader ever waits. (A whole trainer is `examples/trainer.rs`; the [`docs::trainer_guide`] says which
 //! read to use in a step and how to run an optimizer in a critical section.)
 //!
 //! ```
@@ -26,7 +26,7 @@
 //!                 let (w_now, b_now) = read_all((&w, &b)); // one consistent set, wait-free
 //!                 let _logits = Array1::<f32>::ones(4).dot(&*w_now) + &*b_now;
 //!                 let grad = Array2::from_elem((4, 3), 1.0f32); // (the backward pass)
-//!                 w.scaled_add(-0.5, &grad).unwrap(); // no lock, no lost update
+//!                 w.scaled_add(-0.5, &grad).unwrap(); // combined: no lost update
 //!                 b.scaled_add(-0.5, &Array1::ones(3)).unwrap();
 //!             }
 //!         });
@@ -46,8 +46,9 @@
 //! # What you get
 //!
 //! * **Wait-free reads.** [`Variable::read`] is an epoch pin, one acquire load and a store
-//!   to a slot of its own thread. It takes no lock, writes no shared cache line, and never
-//!   waits for a writer. The [`Snapshot`] it returns never changes, and keeps only its own
+//!   to a slot of its own thread. It takes no lock and never waits for a writer, and writes
+//!   no shared cache line while its thread holds at most 8 `read()` snapshots at once
+//!   (from the 9th, each takes a count on its version: one atomic increment). The [`Snapshot`] it returns never changes, and keeps only its own
 //!   version, however long it lives. [`Variable::read_owned`] returns a reference-counted
 //!   [`OwnedSnapshot`] that can cross threads.
 //! * **Lock-free writes.** [`assign`](Variable::assign), [`update`](Variable::update),
@@ -58,10 +59,13 @@
 //!   so an atomic counter works, which TensorFlow documents as impossible for `tf.Variable`.
 //! * **Bounded memory, no allocation per write.** Versions are pooled: a write builds its
 //!   value in a version its variable used before. With no snapshot held, a large variable
-//!   keeps 2-3 versions; a small one about three batches of retired versions per writing
+//!   keeps 3 versions (4-5 while several threads write it, more while a writer is
+//!   descheduled mid-write); a small one about three batches of retired versions per writing
 //!   thread (~192 KiB each), which wait for the epoch a batch at a time. Snapshots add only
 //!   the versions they show. A reader's pin never frees memory.
-//! * **Any ndarray in, typed arrays out.** Writes take any array or view of any dimension;
+//! * **Any ndarray in, typed arrays out.** Deltas and gradients may be any array or view of
+//!   any dimension (one not in standard layout, such as a transposed product, is copied into
+//!   order first); `assign` and `compare_and_set` take the new value as an owned array;
 //!   a `Variable<f32, Ix2>`'s snapshots are 2-d arrays (`dot` works). Scalars have their
 //!   own API ([`Variable::scalar`], `get`, `fetch_add`), and [`read_all`](fn@read_all) reads several
 //!   variables at one point of the commit order.
