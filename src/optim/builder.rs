@@ -152,7 +152,9 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// finite and at least 0, Adam's betas at least 0 and below 1, a clipping norm at least
     /// 0), or a parameter (or packed set) added twice, checked before anything is built;
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to
-    /// another section that holds it exclusively;
+    /// another section that holds it exclusively (the optimizer's own section shares its
+    /// variables, so that [`Store::restore`](crate::Store::restore) can set them between
+    /// steps: a trainer resumes from its checkpoint);
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a set added with
     /// [`packed`](Self::packed) that holds another optimizer's state (its variable is longer
     /// than its tensors).
@@ -278,6 +280,11 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         }
         let mut section = CriticalSection::builder()
             .name(name)
+            // Shared, not exclusive: `Store::restore` writes the parameters and the state
+            // through a section of its own, which an exclusive claim refused (a trainer
+            // could not resume from its checkpoint). Sections that share a variable still
+            // take turns on it, so a restore lands between two steps.
+            .exclusive(false)
             .resources(&self.params);
         if state_in.is_none() {
             section = section.resource(&state);

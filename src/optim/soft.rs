@@ -154,6 +154,9 @@ impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
         }
         let section = CriticalSection::builder()
             .name("soft update")
+            // Shared, as an optimizer's: a checkpoint's restore must be able to set the
+            // targets.
+            .exclusive(false)
             .resources(&self.targets)
             .build()?;
         Ok(SoftUpdate {
