@@ -51,13 +51,14 @@ fn concurrent_adamw_steps_equal_a_serial_replay_bit_for_bit() {
     let total = threads * steps;
     assert_eq!(opt.steps(), total as i64);
     // Every step had the same gradients, so the order of steps does not matter.
+    // The norm as the optimizer computes it: squares summed in f64.
     let norm = gw
         .iter()
         .chain(gb.iter())
-        .map(|x| x * x)
-        .sum::<f32>()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
         .sqrt();
-    let scale = if norm > 2.0 { 2.0 / norm } else { 1.0 };
+    let scale = if norm > 2.0 { (2.0 / norm) as f32 } else { 1.0 };
     let (mut p, mut m, mut v) = (w0.into_raw_vec_and_offset().0, vec![0.0; 32], vec![0.0; 32]);
     let (mut pb, mut mb, mut vb) = (vec![0.0f32; 4], vec![0.0; 4], vec![0.0; 4]);
     for t in 1..=total as i32 {
@@ -601,4 +602,23 @@ fn a_replicas_step_after_an_infinite_gradient_starts_clean() {
     w.assign(Array1::zeros(1)).unwrap(); // rolled back, as from a checkpoint
     replicas.step((&Array1::from_elem(1, 1.0),)).unwrap();
     assert_eq!(w.read()[0], -1.0);
+}
+
+/// Clipping by global norm counts every element: squares summed in `f32` lost each one
+/// once the sum was ~2^24 times larger (here: a gradient of 4096 beside a thousand ones had
+/// a norm of exactly 4096, and a model of 2^26 ones clipped to a step of norm 2 for 1).
+#[test]
+fn clipping_counts_every_element_of_a_large_gradient() {
+    let n = 1001;
+    let w = Variable::new(Array1::<f32>::zeros(n));
+    let sgd = Optimizer::sgd(1.0f32)
+        .clip_global_norm(1.0)
+        .param(&w)
+        .build()
+        .unwrap();
+    let mut g = Array1::<f32>::ones(n);
+    g[0] = 4096.0; // 4096^2 = 2^24
+    sgd.step((&g,)).unwrap();
+    let norm = (16_777_216.0f64 + 1000.0).sqrt();
+    assert_eq!(w.read()[1], -((1.0 / norm) as f32));
 }

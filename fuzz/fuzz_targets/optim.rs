@@ -179,13 +179,15 @@ impl Model {
     /// Applies a checked step with learning rate `lr`.
     fn apply(&mut self, grads: &[(Vec<usize>, Vec<f32>)], lr: f32) -> i64 {
         let scale = self.clip.map_or(1.0, |max| {
+            // Squares summed in f64, as the optimizer does.
             let norm = grads
                 .iter()
                 .flat_map(|(_, g)| g.iter())
-                .fold(0.0f32, |acc, &x| acc + x * x)
+                .map(|&x| f64::from(x) * f64::from(x))
+                .sum::<f64>()
                 .sqrt();
-            if norm > max {
-                max / norm
+            if norm > f64::from(max) {
+                (f64::from(max) / norm) as f32
             } else {
                 1.0
             }

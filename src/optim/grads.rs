@@ -1,5 +1,5 @@
 //! What an optimizer step takes as gradients: one array per parameter, of any ndarray type
-//! and dimension, in a tuple (up to 8), a slice or a `Vec`.
+//! and dimension, in a tuple (up to 8), a slice or a `&Vec`.
 
 use std::borrow::Cow;
 
@@ -17,7 +17,7 @@ pub trait Gradient<A: Clone>: private::Sealed {
 }
 
 /// The gradients of one step, one per parameter in the optimizer's order: a tuple of up to
-/// 8 [`Gradient`]s, or a slice or `Vec` of arrays or views of one type.
+/// 8 [`Gradient`]s, or a slice or `&Vec` of arrays or views of one type.
 pub trait Gradients<A: Clone>: private::Sealed {
     #[doc(hidden)]
     fn collect(&self) -> Collected<'_, A>;

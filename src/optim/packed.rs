@@ -108,7 +108,7 @@ impl Layout {
     }
 
     /// A buffer of zeros as long as the set, for gradients computed in place: split it with
-    /// [`split_mut`](Self::split_mut) and hand the views to a step (a slice or `Vec` of
+    /// [`split_mut`](Self::split_mut) and hand the views to a step (a slice or `&Vec` of
     /// views is [`Gradients`](super::Gradients)).
     pub fn zeros<A: Element>(&self) -> ndarray::Array1<A> {
         ndarray::Array1::from_elem(self.elements, A::default())

@@ -116,15 +116,21 @@ impl<A: NdFloat> Rule<A> {
     }
 }
 
-/// `max / norm` when the global L2 norm of `grads` exceeds `max`, else 1.
+/// `max / norm` when the global L2 norm of `grads` exceeds `max`, else 1. The squares are
+/// summed in `f64` whatever `A` is: summed in `f32`, each square was lost once the sum was
+/// ~2^24 times larger, so a model of tens of millions of parameters got too small a norm and
+/// too large a clipped step (all-ones gradients over 2^26 elements: a clipped step of norm
+/// 2 for a `max` of 1; found by an audit). `max / norm` is computed in `f64` too.
 pub(super) fn clip_scale<A: NdFloat>(grads: &[(&[usize], Cow<'_, [A]>)], max: A) -> A {
-    let norm = grads
+    let wide = |x: A| x.to_f64().unwrap_or(f64::NAN);
+    let squares: f64 = grads
         .iter()
         .flat_map(|(_, g)| g.iter())
-        .fold(A::zero(), |acc, &x| acc + x * x)
-        .sqrt();
+        .map(|&x| wide(x) * wide(x))
+        .sum();
+    let (norm, max) = (squares.sqrt(), wide(max));
     if norm > max {
-        max / norm
+        A::from(max / norm).unwrap_or_else(A::one)
     } else {
         A::one()
     }
