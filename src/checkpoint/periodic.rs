@@ -23,7 +23,7 @@ use crate::Store;
 /// so do not save through both at once.
 ///
 /// ```
-/// use std::sync::{Arc, Mutex, PoisonError};
+/// use std::sync::Arc;
 /// use mvtensor::{checkpoint::Checkpoints, Store};
 /// use ndarray::Array1;
 ///
