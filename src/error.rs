@@ -235,7 +235,7 @@ pub enum Error {
 
     /// A setting that no step could use (a NaN or negative learning rate, a decay of 1 or
     /// more, a negative clipping norm): refused before anything was built or applied.
-    #[error("{owner}: {setting} = {value} is out of range (expected {expected})")]
+    #[error("{owner}: {setting} = {value}, expected {expected}")]
     InvalidSetting {
         /// What the setting belongs to, e.g. ``optimizer `adam` ``.
         owner: String,

@@ -103,7 +103,8 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] if the rate given to [`new`](Self::new) is negative or not
-    /// finite, or a parameter was added twice; [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the parameter (or the
+    /// finite, or a parameter was added twice; [`Error::GradientCount`];
+    /// [`Error::ShapeMismatch`] naming the parameter (or the
     /// tensor of a packed set) whose gradient does not fit, or a set that holds an
     /// optimizer's state (its variable is longer than its tensors). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape

@@ -332,8 +332,14 @@ fn added_twice<A: Element>(
     params: &[Variable<A>],
     param: &Variable<A>,
 ) -> Option<Error> {
+    /// Prints as it is (a `String`'s `Debug` would quote it).
+    struct Words(String);
+    impl std::fmt::Debug for Words {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
     let twice = params.iter().any(|p| p.inner.id == param.inner.id);
-    let expected = "each parameter once";
-    let value = format!("`{}` added twice", param.name());
-    check_setting(owner, "params", value, !twice, expected).err()
+    let value = Words(format!("`{}` twice", param.name()));
+    check_setting(owner, "params", value, !twice, "each parameter once").err()
 }
