@@ -20,15 +20,13 @@ pub struct OptimizerBuilder<A: Element> {
     pub(super) params: Vec<Variable<A>>,
     pub(super) parts: Vec<Part>,
     pub(super) name: Option<String>,
-    /// A set added with [`packed`](Self::packed) that holds another optimizer's state, or a
-    /// parameter added twice: `build` refuses them.
+    /// A set added with [`packed`](Self::packed) that holds another optimizer's state.
     pub(super) misfit: Option<crate::Error>,
 }
 
 impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// Adds a parameter; the gradients of a step come in the order parameters were added.
     pub fn param<D: Dimension>(mut self, param: &Variable<A, D>) -> Self {
-        self.refuse_twice(param.erased());
         self.parts.push(Part {
             param: self.params.len(),
             shape: param.shape(),
@@ -46,7 +44,6 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         if let Err(misfit) = set.layout().check_tensors_only() {
             self.misfit.get_or_insert(misfit);
         }
-        self.refuse_twice(set.variable().erased());
         let param = self.params.len();
         for (i, (_, shape, _)) in set.layout().tensors().enumerate() {
             self.parts.push(Part {
@@ -226,16 +223,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
         Ok((set, optimizer))
     }
 
-    /// Makes `build` refuse a parameter added a second time.
-    fn refuse_twice(&mut self, param: &Variable<A>) {
-        let name = &self.name;
-        let owner = || format!("optimizer `{}`", name.as_deref().unwrap_or("optimizer"));
-        if let Some(twice) = added_twice(owner, &self.params, param) {
-            self.misfit.get_or_insert(twice);
-        }
-    }
-
-    /// The optimizer's name, once its settings are checked (before anything is built).
+    /// The optimizer's name, once its settings are checked and no parameter was added twice
+    /// (before anything is built).
     fn checked_name(&self) -> Result<String> {
         let name = self.name.clone().unwrap_or_else(|| "optimizer".to_owned());
         let owner = format!("optimizer `{name}`");
@@ -244,12 +233,17 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             // Infinity never clips; a negative norm would turn every gradient around.
             let expected = "at least 0 (infinity: never clips)";
             check_setting(
-                || owner,
+                || owner.clone(),
                 "clip_global_norm",
                 max,
                 max >= A::zero(),
                 expected,
             )?;
+        }
+        for (i, param) in self.params.iter().enumerate() {
+            if let Some(twice) = added_twice(|| owner.clone(), &self.params[..i], param) {
+                return Err(twice);
+            }
         }
         Ok(name)
     }
