@@ -141,8 +141,15 @@ fn add_rows(t: &mut Array2<f32>, ids: &[usize], ones: &Array2<f32>) {
     }
 }
 
+/// A lock holder's gather, on slices (ndarray's `select` built a view per row and
+/// concatenated them, slower than mvtensor's copy of each row: a review of the benchmarks).
 fn gather_rows(t: &Array2<f32>, ids: &[usize]) -> Array2<f32> {
-    t.select(ndarray::Axis(0), ids)
+    let table = t.as_slice().expect("standard layout");
+    let mut rows = Vec::with_capacity(ids.len() * WIDTH);
+    for &id in ids {
+        rows.extend_from_slice(&table[id * WIDTH..(id + 1) * WIDTH]);
+    }
+    Array2::from_shape_vec((ids.len(), WIDTH), rows).expect("ids x WIDTH")
 }
 
 fn sum(t: &Array2<f32>) -> f64 {
@@ -321,6 +328,11 @@ pub fn run(
     let streams: Vec<Vec<usize>> = (0..threads)
         .map(|t| stream(indices, t as u64 + 1))
         .collect();
+    // Every variant's table in its steady state first, as `cpu_costs` does: a lock's hot
+    // rows cached, mvtensor's pools full. (Untimed from the first update, the locks paid
+    // their slow early passes and mvtensor, level from the second, less: a review of the
+    // benchmarks found the 1-thread cells flattering mvtensor by ~5-20%.)
+    let warm_updates = warm_up(variant, &*table, &streams[0]);
     let (elapsed, counts) = drive(threads, budget, u64::MAX, |t, ctl| {
         let ones = Array2::<f32>::ones((K, WIDTH));
         let ids = &streams[t];
@@ -334,7 +346,7 @@ pub fn run(
         done
     });
     let updates: u64 = counts.iter().sum();
-    let expected = (ROWS * WIDTH) as f64 + updates as f64 * PER_UPDATE;
+    let expected = (ROWS * WIDTH) as f64 + (updates + warm_updates) as f64 * PER_UPDATE;
     let found = table.sum();
     let lost = (expected - found) / (updates as f64 * PER_UPDATE).max(1.0);
     if variant != EmbeddingVariant::Racy {
@@ -348,6 +360,22 @@ pub fn run(
         },
         lost,
     }
+}
+
+/// [`WARM_PASSES`] passes of `ids` over `table` (arc-swap, which copies 25 MiB an update:
+/// 3 updates), untimed: hot rows, pools, page faults. Returns the updates made.
+fn warm_up(variant: EmbeddingVariant, table: &dyn Table, ids: &[usize]) -> u64 {
+    let ones = Array2::<f32>::ones((K, WIDTH));
+    let warm = if variant == EmbeddingVariant::ArcSwap {
+        3
+    } else {
+        WARM_PASSES * STREAM / K
+    };
+    for i in 0..warm {
+        let at = (i * K) % (STREAM - K);
+        table.add(&ids[at..at + K], &ones);
+    }
+    warm as u64
 }
 
 /// Thread CPU time of one update and of one 32-row gather, on one thread, per operation:
@@ -371,14 +399,7 @@ pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Du
         let at = (i * K) % (STREAM - K);
         &ids[at..at + K]
     };
-    let warm = if variant == EmbeddingVariant::ArcSwap {
-        3
-    } else {
-        WARM_PASSES * STREAM / K
-    };
-    for i in 0..warm {
-        table.add(slice(i), &ones); // warm: hot rows, pools, page faults
-    }
+    warm_up(variant, &*table, &ids);
     let per_op = |n: usize, f: &dyn Fn(usize)| {
         let start = thread_cpu_ns();
         (0..n).for_each(f);

@@ -181,16 +181,7 @@ impl State {
     }
 
     fn grads(&self, rows: &Array2<f32>) -> Grads {
-        let [w1, b1, w2, b2] = &self.p;
-        let (w1, w2) = (
-            w1.view().into_dimensionality().expect("2-d"),
-            w2.view().into_dimensionality().expect("2-d"),
-        );
-        let (b1, b2) = (
-            b1.view().into_dimensionality().expect("1-d"),
-            b2.view().into_dimensionality().expect("1-d"),
-        );
-        loss_and_grads((&w1, &b1, &w2, &b2), rows).1
+        grads_of(&self.p, rows)
     }
 
     fn apply(&mut self, g: Grads) {
@@ -207,6 +198,20 @@ impl State {
             adam(p, m, v, g, bias);
         }
     }
+}
+
+/// The loss's gradients at parameters `p` on `rows`.
+fn grads_of(p: &Params, rows: &Array2<f32>) -> Grads {
+    let [w1, b1, w2, b2] = p;
+    let (w1, w2) = (
+        w1.view().into_dimensionality().expect("2-d"),
+        w2.view().into_dimensionality().expect("2-d"),
+    );
+    let (b1, b2) = (
+        b1.view().into_dimensionality().expect("1-d"),
+        b2.view().into_dimensionality().expect("1-d"),
+    );
+    loss_and_grads((&w1, &b1, &w2, &b2), rows).1
 }
 
 /// Runs `variant` on `threads` threads until `steps` steps are done.
@@ -244,6 +249,7 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
             };
             across(threads, || {
                 while let Some(i) = take() {
+                    let rows = batch(data, i);
                     let p = model.read();
                     let (w1, b1) = (p.get::<Ix2>(0), p.get::<Ix1>(1));
                     let (w2, b2) = (p.get::<Ix2>(2), p.get::<Ix1>(3));
@@ -253,56 +259,71 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
                         w2.expect("2-d"),
                         b2.expect("1-d"),
                     );
-                    let (_, g) = loss_and_grads((&w1, &b1, &w2, &b2), &batch(data, i));
+                    let (_, g) = loss_and_grads((&w1, &b1, &w2, &b2), &rows);
                     drop(p);
                     opt.step((&g.0, &g.1, &g.2, &g.3)).expect("gradients fit");
                     sample(i, &params);
                 }
             });
+            assert_eq!(opt.steps(), steps as i64, "mvtensor: LOST OR EXTRA STEP");
             params()
         }
         TrainVariant::MutexWholeStep => {
             let m = std::sync::Mutex::new(State::new());
             across(threads, || {
                 while let Some(i) = take() {
+                    // The minibatch is the data pipeline's, not the shared state's: built
+                    // before the lock, as every variant builds it outside its own.
+                    let rows = batch(data, i);
                     {
                         let mut s = m.lock().expect("no panic");
-                        let g = s.grads(&batch(data, i));
+                        let g = s.grads(&rows);
                         s.apply(g);
                     }
                     sample(i, &|| m.lock().expect("no panic").p.clone());
                 }
             });
-            m.into_inner().expect("no panic").p
+            let s = m.into_inner().expect("no panic");
+            assert_eq!(s.t, steps as i64, "std Mutex: LOST OR EXTRA STEP");
+            s.p
         }
         TrainVariant::PlMutexCopyApply => {
             let m = parking_lot::Mutex::new(State::new());
             across(threads, || {
                 while let Some(i) = take() {
-                    let copy = m.lock().clone();
-                    let g = copy.grads(&batch(data, i));
+                    let rows = batch(data, i);
+                    // The parameters alone: the gradient needs nothing else (copying the
+                    // moments too tripled the copy under the lock: a review of the benchmarks).
+                    let p = m.lock().p.clone();
+                    let g = grads_of(&p, &rows);
                     m.lock().apply(g);
                     sample(i, &|| m.lock().p.clone());
                 }
             });
-            m.into_inner().p
+            let s = m.into_inner();
+            assert_eq!(s.t, steps as i64, "parking_lot Mutex: LOST OR EXTRA STEP");
+            s.p
         }
         TrainVariant::PlRwLock => {
             let l = parking_lot::RwLock::new(State::new());
             across(threads, || {
                 while let Some(i) = take() {
-                    let g = l.read().grads(&batch(data, i));
+                    let rows = batch(data, i);
+                    let g = l.read().grads(&rows);
                     l.write().apply(g);
                     sample(i, &|| l.read().p.clone());
                 }
             });
-            l.into_inner().p
+            let s = l.into_inner();
+            assert_eq!(s.t, steps as i64, "parking_lot RwLock: LOST OR EXTRA STEP");
+            s.p
         }
         TrainVariant::Racy => {
             let r = Racy::new(State::new());
             across(threads, || {
                 while let Some(i) = take() {
-                    let g = r.load().grads(&batch(data, i));
+                    let rows = batch(data, i);
+                    let g = grads_of(&r.params(), &rows); // the parameters alone
                     let mut s = r.load();
                     // Relaxed: racy by design; `apply` counts its own step from `t`.
                     s.t = r.t.fetch_add(1, Ordering::Relaxed);

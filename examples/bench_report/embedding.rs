@@ -51,7 +51,7 @@ impl Report<'_> {
             s,
             "CPU time on one thread (median of {} rounds, each after 40 passes over the \
              index stream): an update, and a read of {K} rows (mvtensor: `read().gather(..)`; \
-             a lock: lock and `select`).\n",
+             a lock: lock, and copy each row from the table's slice).\n",
             self.plan.rounds
         );
         let _ = writeln!(
@@ -119,13 +119,16 @@ impl Report<'_> {
 
     /// Issue 11's three targets, over both index distributions.
     pub(crate) fn goal_embedding(&self) -> Goal {
+        // Each against the best lock at it: the cheapest update, and the cheapest read,
+        // which may be another lock's (the read was that of the lock with the cheapest
+        // update, not the best read: a review of the benchmarks).
         let lock_cost = |i| {
-            EmbeddingVariant::ALL
+            let costs = EmbeddingVariant::ALL
                 .into_iter()
                 .filter(|v| v.is_lock())
-                .map(|v| self.sparse_cost(i, v))
-                .min_by_key(|c| c.0)
-                .expect("locks")
+                .map(|v| self.sparse_cost(i, v));
+            let update = costs.clone().map(|c| c.0).min().expect("locks");
+            (update, costs.map(|c| c.1).min().expect("locks"))
         };
         let mut measured = Vec::new();
         let mut met = true;
@@ -158,8 +161,8 @@ impl Report<'_> {
                     + "x the best lock"
             ));
         }
-        let (mv_u, _) = self.sparse_cost(Indices::Uniform, EmbeddingVariant::Paged);
-        let (lock_u, _) = lock_cost(Indices::Uniform);
+        let (mv_u, mv_g) = self.sparse_cost(Indices::Uniform, EmbeddingVariant::Paged);
+        let (lock_u, lock_g) = lock_cost(Indices::Uniform);
         let section_extra = |i| {
             let plain = self.sparse_cost(i, EmbeddingVariant::Paged).0;
             self.sparse_cost(i, EmbeddingVariant::PagedSection)
@@ -169,7 +172,7 @@ impl Report<'_> {
         Goal {
             name: "Sparse embedding updates (issue 11)".into(),
             target: "one thread ≤ 3x the mutex's CPU per update; 2-8 threads ≥ 0.5x the best \
-                     lock's updates/s; a 32-row read ≤ 1.5x the mutex's"
+                     lock's updates/s; a 32-row read ≤ 1.5x the best lock's"
                 .into(),
             measured: measured.join("; "),
             met,
@@ -214,7 +217,14 @@ impl Report<'_> {
                  counter an update took {} (Zipf) and {} (uniform) of CPU more than a plain \
                  one: the staged copy of its rows, the execution (a ticket on each variable, \
                  the batch flag), the table installed pending and settled after the commit, \
-                 and the counter's own version.",
+                 and the counter's own version. A {K}-row read took {} against {} for the best \
+                 lock's (uniform): mvtensor's gather reaches each row through the tree (a root \
+                 slot, a node, then the page: loads that depend on one another, where a lock \
+                 indexes one flat array) before it copies it. Until 2026-11-27 the locks \
+                 gathered through ndarray's `select`, which builds a view per row and \
+                 concatenates them, at 2-3x the cost, and this target read met (0.61-0.84x); \
+                 a review of the benchmarks found it, and that the read was compared with \
+                 the lock of the cheapest update rather than the cheapest read.",
                 latency(mv_u),
                 latency(lock_u),
                 worst_threads.0,
@@ -223,6 +233,8 @@ impl Report<'_> {
                 self.env.cores,
                 latency(section_extra(Indices::Zipf)),
                 latency(section_extra(Indices::Uniform)),
+                latency(mv_g),
+                latency(lock_g),
             ),
         }
     }

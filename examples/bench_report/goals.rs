@@ -340,8 +340,8 @@ impl Report<'_> {
                  a ticket per resource, an epoch pin, a pooled working copy, the install of a \
                  new version and the retirement of the old one through the epoch (limbo). A \
                  version per commit is the design's floor: the lock-free `fetch_add`, which pays \
-                 only that, costs ~480 instructions (~60 ns, 5x the lock), so the 1-thread goal \
-                 (~31 ns) is out of reach while every commit publishes a version. Executions that arrive together \
+                 only that, costs ~480 instructions (its time and ratio: the cost table), so the 1-thread goal \
+                 (an execution within the best lock's time ÷ 0.35) is out of reach while every commit publishes a version. Executions that arrive together \
                  run back to back on one thread and commit once (a batch); waiters spin while \
                  cores are free (one here), the others park: at 8 threads an execution took {} ({:.1}x its one-thread cost). (The lock-free \
                  `fetch_update` counter does {} increments/s at 8 threads, {:.1}x the \

@@ -32,8 +32,8 @@ impl Report<'_> {
              crate's own `optim::Optimizer` (the moments and the step count in one state \
              variable: 5 variables) that computes each working copy from the value it \
              replaces (`Txn::rewrite`: one read and one write per tensor); and that \
-             optimizer over the four tensors packed in one variable (`optim::Packed`: 2 \
-             variables, what a trainer should use); each step is one `execute`. The mutexes \
+             optimizer over the four tensors packed in one variable (`optim::Packed` built by \
+             `build_packed`, its state after its tensors: 1 variable, what a trainer should use); each step is one `execute`. The mutexes \
              guard plain arrays and update them in place, on slices with the bias \
              corrections once per step, in AVX2 where the processor has it, as mvtensor's \
              optimizer does (the fastest loop we found: ndarray's `Zip` over `IxDyn` views \

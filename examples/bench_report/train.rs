@@ -165,13 +165,13 @@ impl Report<'_> {
                 }),
             why: format!(
                 "{:.2}x at worst ({} threads). With one thread, where no lock is ever contended, \
-                 a step took {:.1} µs against {:.1} µs ({}): the model is small (1.7 k \
+                 a step took {:.1} µs against {:.1} µs ({}): the model is small (417 \
                  parameters), so a step is mostly the forward and backward pass (70% of it \
                  in `tanh`, by perf), and what mvtensor adds per step is fixed: a snapshot \
                  of the packed parameters, one execution (its ticket, one working copy of the \
                  parameters with the optimizer's state after them, moments and step count, \
                  its commit and the retirement of the version it replaced), where the lock \
-                 copies 1.7 k floats or nothing; the two are within a few percent (1-thread runs of the \
+                 copies the 417 parameters or nothing; the two are within a few percent (1-thread runs of the \
                  two alone, alternated: 0.98-0.99x), under this machine's noise. With more threads than cores (2 here) every variant is \
                  bound by the cores; mvtensor's readers never wait, but its steps are \
                  serialised by the optimizer's section like the locks' updates. Closing it \
