@@ -517,6 +517,20 @@ fn a_trainer_resumes_from_its_checkpoint_bit_for_bit() {
             .name("adamw")
     };
 
+    // Restores first if asked, then runs `steps` of `step`, saving before step 3.
+    let train =
+        |store: &Store, steps: std::ops::Range<usize>, restore: bool, step: &dyn Fn(usize)| {
+            if restore {
+                store.restore(&path, Restore::default()).unwrap();
+            }
+            for t in steps {
+                if t == 3 {
+                    store.save(&path).unwrap();
+                }
+                step(t);
+            }
+        };
+
     // Plain parameters and the optimizer's own state.
     let run = |store: &Store, steps: std::ops::Range<usize>, restore: bool| {
         let w = store.variable("w", Array1::<f32>::ones(3)).unwrap();
@@ -525,16 +539,10 @@ fn a_trainer_resumes_from_its_checkpoint_bit_for_bit() {
         let opt = adamw().param(&w).build().unwrap();
         let polyak = SoftUpdate::new().pair(&target, &online).build().unwrap();
         opt.register_state(store).unwrap();
-        if restore {
-            store.restore(&path, Restore::default()).unwrap();
-        }
-        for t in steps {
-            if t == 3 {
-                store.save(&path).unwrap();
-            }
+        train(store, steps, restore, &|t| {
             opt.step((&grad(t),)).unwrap();
             polyak.apply(0.5).unwrap();
-        }
+        });
         (opt.steps(), w.read().to_vec(), target.read().to_vec())
     };
     let whole = run(&Store::new(), 0..5, false);
@@ -548,15 +556,9 @@ fn a_trainer_resumes_from_its_checkpoint_bit_for_bit() {
             .tensor("w", &Array1::<f32>::ones(3));
         let (set, opt) = adamw().build_packed(set).unwrap();
         opt.register_state(store).unwrap();
-        if restore {
-            store.restore(&path, Restore::default()).unwrap();
-        }
-        for t in steps {
-            if t == 3 {
-                store.save(&path).unwrap();
-            }
+        train(store, steps, restore, &|t| {
             opt.step((&grad(t),)).unwrap();
-        }
+        });
         (opt.steps(), set.read().snapshot().to_vec())
     };
     let whole = run(&Store::new(), 0..5, false);
