@@ -189,7 +189,7 @@ fn run_mvtensor(checkpoint: bool, duration: Duration, path: &Path) -> Checkpoint
         })
         .collect();
     let deltas = deltas();
-    drive(
+    let run = drive(
         checkpoint,
         duration,
         |t| {
@@ -198,7 +198,13 @@ fn run_mvtensor(checkpoint: bool, duration: Duration, path: &Path) -> Checkpoint
         || {
             store.save(path).expect("checkpoint written");
         },
-    )
+    );
+    check_final(
+        "mvtensor",
+        vars.iter().map(|v| v.read().to_owned()),
+        run.updates,
+    );
+    run
 }
 
 fn run_mutex(checkpoint: bool, duration: Duration, path: &Path) -> CheckpointRun {
@@ -207,7 +213,7 @@ fn run_mutex(checkpoint: bool, duration: Duration, path: &Path) -> CheckpointRun
         .map(|&n| parking_lot::Mutex::new(ArrayD::zeros(IxDyn(&[n]))))
         .collect();
     let deltas = deltas();
-    drive(
+    let run = drive(
         checkpoint,
         duration,
         |t| add_array(&mut tensors[t].lock(), &deltas[t]),
@@ -218,7 +224,13 @@ fn run_mutex(checkpoint: bool, duration: Duration, path: &Path) -> CheckpointRun
             drop(guards);
             write_plain(path, &copies);
         },
-    )
+    );
+    check_final(
+        "mutex",
+        tensors.into_iter().map(|m| m.into_inner()),
+        run.updates,
+    );
+    run
 }
 
 /// The mutex variant's file: the same format and the same durability as `Store::save`.
@@ -270,6 +282,21 @@ impl View for Plain<'_> {
     fn data_len(&self) -> usize {
         self.0.len() * 4
     }
+}
+
+/// Every update landed exactly once: each tensor holds one value throughout (the number of
+/// ones added to it), and the values add up to the updates the trainers counted.
+fn check_final(variant: &str, tensors: impl Iterator<Item = ArrayD<f32>>, updates: u64) {
+    let mut total = 0u64;
+    for (t, a) in tensors.enumerate() {
+        let first = a.first().copied().unwrap_or(0.0);
+        assert!(
+            a.iter().all(|&x| x == first),
+            "{variant}: tensor {t} is torn"
+        );
+        total += first as u64;
+    }
+    assert_eq!(total, updates, "{variant}: LOST OR EXTRA UPDATE");
 }
 
 /// Every tensor of the file holds one value throughout: no update was torn.
