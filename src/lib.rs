@@ -10,8 +10,8 @@
 //! # A first example
 //!
 //! What a trainer does: threads read the parameters, compute a gradient, and apply it; no
-//! reader ever waits. (A whole trainer is `examples/trainer.rs`; the [`docs::trainer_guide`] says which
-//! read to use in a step and how to run an optimizer in a critical section.)
+//! reader ever waits. (A whole trainer is `examples/trainer.rs`; the [`docs::trainer_guide`]
+//! says which read to use in a step and how to run an optimizer in a critical section.)
 //!
 //! ```
 //! use mvtensor::{read_all, Variable};
@@ -48,8 +48,9 @@
 //! * **Wait-free reads.** [`Variable::read`] is an epoch pin, one acquire load and a store
 //!   to a slot of its own thread. It takes no lock and never waits for a writer, and writes
 //!   no shared cache line while its thread holds at most 8 `read()` snapshots at once
-//!   (from the 9th, each takes a count on its version: one atomic increment). The [`Snapshot`] it returns never changes, and keeps only its own
-//!   version, however long it lives. [`Variable::read_owned`] returns a reference-counted
+//!   (from the 9th, each takes a count on its version: one atomic increment). The
+//!   [`Snapshot`] it returns never changes, and keeps only its own version, however long it
+//!   lives. [`Variable::read_owned`] returns a reference-counted
 //!   [`OwnedSnapshot`] that can cross threads.
 //! * **Lock-free writes.** [`assign`](Variable::assign), [`update`](Variable::update),
 //!   [`fetch_update`](Variable::fetch_update) and

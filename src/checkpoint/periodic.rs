@@ -63,14 +63,12 @@ impl Checkpoints {
     pub fn new(dir: impl AsRef<Path>, keep: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| checkpoint_error(&dir, e.to_string()))?;
-        let mut checkpoints = Self {
+        let highest = files(&dir)?.last().and_then(|p| number(p));
+        Ok(Self {
             dir,
             keep: keep.max(1),
-            next: Arc::default(),
-        };
-        let highest = checkpoints.list()?.last().and_then(|p| number(p));
-        checkpoints.next = Arc::new(Mutex::new(highest.map_or(0, |n| n.saturating_add(1))));
-        Ok(checkpoints)
+            next: Arc::new(Mutex::new(highest.map_or(0, |n| n.saturating_add(1)))),
+        })
     }
 
     /// Saves a snapshot of `store` as the next file, then removes all but the newest
@@ -107,16 +105,7 @@ impl Checkpoints {
     /// # Errors
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be read.
     pub fn list(&self) -> Result<Vec<PathBuf>> {
-        let entries =
-            std::fs::read_dir(&self.dir).map_err(|e| checkpoint_error(&self.dir, e.to_string()))?;
-        // Only names this type writes (another file that looks like one is left alone).
-        let mut files: Vec<(u64, PathBuf)> = entries
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter_map(|p| Some((number(&p)?, p)))
-            .collect();
-        files.sort_unstable_by_key(|&(n, _)| n);
-        let files = files.into_iter().map(|(_, p)| p).collect();
-        Ok(files)
+        files(&self.dir)
     }
 
     /// Saves `store` every `interval` from a background thread until the returned handle is
@@ -140,6 +129,18 @@ impl Checkpoints {
             thread: Some(thread),
         }
     }
+}
+
+/// The checkpoint files in `dir`, lowest number first: only names `Checkpoints` writes
+/// (another file that looks like one is left alone).
+fn files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+    let mut files: Vec<(u64, PathBuf)> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter_map(|p| Some((number(&p)?, p)))
+        .collect();
+    files.sort_unstable_by_key(|&(n, _)| n);
+    Ok(files.into_iter().map(|(_, p)| p).collect())
 }
 
 /// The number in a checkpoint file's name.

@@ -15,8 +15,8 @@ use crate::sync::{epoch, Ordering};
 use crate::Element;
 
 impl<A: Element> Inner<A> {
-    /// The current value (see [`PagedVariable::read`](super::PagedVariable::read)): the head, or while a section's
-    /// commit has it pending, the table before.
+    /// The current value (see [`PagedVariable::read`](super::PagedVariable::read)): the
+    /// head, or while a section's commit has it pending, the table before.
     pub(crate) fn read(&self) -> PagedSnapshot<A> {
         let guard = epoch::pin();
         // Acquire: pairs with the swap (Release) that published the table and its pages.
