@@ -565,3 +565,46 @@ fn a_trainer_resumes_from_its_checkpoint_bit_for_bit() {
     let resumed = run(&Store::new(), 3..5, true);
     assert_eq!(resumed, whole);
 }
+
+/// A restore lands between two optimizer steps, never inside one: with steps and restores
+/// racing, every store snapshot shows a parameter and a step count of one moment (SGD with
+/// gradients of one: the parameter is minus the count). The optimizer's section shares its
+/// variables so that a restore can run at all; sharing still serialises the two.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_restore_lands_between_two_optimizer_steps() {
+    use mvtensor::optim::Optimizer;
+    let rounds = 300;
+    let dir = scratch();
+    let path = dir.path().join("steps.safetensors");
+    let store = Store::new();
+    let w = store.variable("w", Array1::<f32>::zeros(2)).unwrap();
+    let sgd = Optimizer::sgd(1.0f32)
+        .name("sgd")
+        .param(&w)
+        .build()
+        .unwrap();
+    sgd.register_state(&store).unwrap();
+    let ones = Array1::<f32>::ones(2);
+    for _ in 0..5 {
+        sgd.step((&ones,)).unwrap();
+    }
+    store.save(&path).unwrap(); // w = -5 after 5 steps
+    let step = |_| {
+        sgd.step((&ones,)).unwrap();
+    };
+    let restore = |_| {
+        store.restore(&path, Restore::default()).unwrap();
+    };
+    let (mut last, mut went_back) = (0.0, 0);
+    common::while_looking(&[&step, &restore], rounds, || {
+        let snapshot = store.snapshot();
+        let w = snapshot.get::<f32, Ix1>("w").unwrap();
+        let state = snapshot.get::<f32, Ix1>("sgd.state").unwrap();
+        let count = state[0] + state[1] * 16_777_216.0; // lo + hi * 2^24
+        assert!(w.iter().all(|&x| x == -count), "w {w:?} at step {count}");
+        went_back += usize::from(count < last); // a restore between two looks
+        last = count;
+    });
+    assert!(went_back > 0, "no look on both sides of a restore");
+}
