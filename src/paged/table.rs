@@ -47,6 +47,10 @@ const LEVEL_BYTES: usize = 24 * 1024;
 /// ~15% cheaper than four, eight rows cost ~30% more).
 const DEFAULT_PAGE_BYTES: usize = 256;
 
+/// Pages whose paths are walked together ([`PagedTable::walk_group`]): a typical sparse
+/// step's.
+pub(crate) const GROUP: usize = TYPICAL_PAGES_PER_WRITE;
+
 /// A page: `Layout::page_len` elements, from a leaked `Box<[A]>`.
 pub(crate) type Page<A> = *mut A;
 /// An entry of the root or of a node: a node one level down or, at the lowest level, a page
@@ -235,6 +239,55 @@ impl<A: Element> PagedTable<A> {
         unsafe { std::slice::from_raw_parts(self.page_ptr(page), self.layout.page_len) }
     }
 
+    /// The entries at the ends of the paths to `pages` (at most [`GROUP`], each below
+    /// `pages`), walked a level at a time for all of them, so that the loads of one level
+    /// wait for memory together; `arrive(entry, is_page)` sees each entry as it is reached
+    /// (to ask for what the next level loads).
+    pub(crate) fn walk_group(
+        &self,
+        pages: &[usize],
+        mut arrive: impl FnMut(Entry, bool),
+    ) -> [Entry; GROUP] {
+        let layout = &*self.layout;
+        let mut entries = [std::ptr::null_mut(); GROUP];
+        for (entry, &page) in entries.iter_mut().zip(pages) {
+            *entry = self.root[layout.root_slot(page)];
+            arrive(*entry, false); // there is at least one level of nodes
+        }
+        for level in (0..layout.levels).rev() {
+            for (entry, &page) in entries.iter_mut().zip(pages) {
+                // SAFETY: as in `walk`: every node on a live table's path to a page below
+                // `pages` is live, unchanging and has this slot.
+                *entry = unsafe { *entry.cast::<Entry>().add(layout.slot(page, level)) };
+                arrive(*entry, level == 0);
+            }
+        }
+        entries
+    }
+
+    /// The first elements of `rows` (at most [`GROUP`], checked by the caller), each row
+    /// asked for (prefetched) once it is found.
+    fn row_starts(&self, rows: &[usize]) -> [*const A; GROUP] {
+        let layout = &*self.layout;
+        let row_lines = (layout.width * size_of::<A>()).div_ceil(CACHE_LINE);
+        // One division a row (none for pages of one row, the default for rows of 256 bytes
+        // or more), not one per level.
+        let (mut pages, mut offsets) = ([0usize; GROUP], [0usize; GROUP]);
+        for ((page, offset), &row) in pages.iter_mut().zip(&mut offsets).zip(rows) {
+            (*page, *offset) = match layout.rows_per_page {
+                1 => (row, 0),
+                per_page => (row / per_page, row % per_page * layout.width),
+            };
+        }
+        let entries = self.walk_group(&pages[..rows.len()], |_, _| {});
+        let mut starts = [std::ptr::null(); GROUP];
+        for ((start, entry), offset) in starts.iter_mut().zip(entries).zip(offsets) {
+            *start = entry.cast::<A>().cast_const().wrapping_add(offset);
+            prefetch(start.cast(), row_lines);
+        }
+        starts
+    }
+
     /// Row `row` (checked by the caller) as a slice of `width` elements.
     fn row_slice(&self, row: usize) -> &[A] {
         let layout = &*self.layout;
@@ -293,14 +346,55 @@ impl<A: Element> PagedTable<A> {
         self.collect(self.layout.rows(), 0..self.layout.rows())
     }
 
-    fn collect(&self, n: usize, rows: impl Iterator<Item = usize>) -> ArrayD<A> {
-        let mut data = Vec::with_capacity(n * self.layout.width);
-        rows.for_each(|row| data.extend_from_slice(self.row_slice(row)));
+    /// Copies `rows` (checked by the caller) into one array, [`GROUP`] at a time: each group
+    /// is walked a level at a time for all its rows before any row is copied, so that the
+    /// group's loads at one level (and then its rows' copies) wait for memory together. Row
+    /// by row, each row waited for its node and then its page before the next row began: on a
+    /// 25 MiB table with scattered rows (cache misses), a 32-row gather took ~2x a lock's
+    /// copy from one flat array.
+    fn collect(&self, n: usize, mut rows: impl Iterator<Item = usize>) -> ArrayD<A> {
+        let width = self.layout.width;
+        let mut data = Vec::with_capacity(n * width);
+        let mut group = [0usize; GROUP];
+        loop {
+            let mut len = 0; // `group` first: a full group takes no row from `rows`
+            for (slot, row) in group.iter_mut().zip(rows.by_ref()) {
+                (*slot, len) = (row, len + 1);
+            }
+            if len == 0 {
+                break;
+            }
+            for &start in &self.row_starts(&group[..len])[..len] {
+                // SAFETY: `row_starts` points at a row's first element, and the row's `width`
+                // elements lie in its page, live and unchanged while `self` is.
+                data.extend_from_slice(unsafe { std::slice::from_raw_parts(start, width) });
+            }
+        }
         let mut shape = self.layout.shape.clone();
         shape[0] = n;
         ArrayD::from_shape_vec(IxDyn(&shape), data).expect("rows times width elements")
     }
 }
+
+/// Asks the processor for `lines` cache lines from `at`: rows and nodes of a large table are
+/// scattered, each a cache miss, and asking for a group of them before using any lets their
+/// misses overlap. A hint: it never faults and changes nothing.
+#[inline]
+pub(crate) fn prefetch(at: *const u8, lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in 0..lines {
+        // SAFETY: SSE is part of x86_64's baseline; a prefetch of any address is harmless.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line * CACHE_LINE).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (at, lines);
+}
+
+/// Bytes in a cache line (x86_64 and most others).
+pub(crate) const CACHE_LINE: usize = 64;
 
 impl<A: Element> fmt::Debug for PagedTable<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

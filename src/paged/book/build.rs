@@ -4,7 +4,7 @@
 use std::ptr;
 use std::sync::Arc;
 
-use super::super::table::{Entry, Layout, PagedTable};
+use super::super::table::{prefetch, Entry, Layout, PagedTable, CACHE_LINE, GROUP};
 use super::{Ledger, Piece};
 use crate::kernel::{accumulate, zip_into, Delta};
 use crate::sync::Ordering;
@@ -210,51 +210,27 @@ impl<A: Element> Ledger<A> {
     }
 }
 
-/// Asks the processor for the nodes and pages a row delta will copy, a level at a time:
-/// rows of a large table are scattered, so each is a cache miss, and copying them one by one
-/// would wait for each miss in turn (each node on the path, then the page). Rows go in
-/// groups of `GROUP`: each row's page number and its entry at the level reached are kept,
-/// so that a round goes one level down instead of walking again from the root.
+/// Asks the processor for the nodes and pages a row delta will copy, a level at a time
+/// ([`PagedTable::walk_group`]): rows of a large table are scattered, so each is a cache
+/// miss, and copying them one by one would wait for each miss in turn (each node on the
+/// path, then the page).
 fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        const LINE: usize = 64;
-        const GROUP: usize = 32;
-        let lines = |bytes: usize| bytes.div_ceil(LINE);
-        let node_lines = lines(layout.fanout * std::mem::size_of::<Entry>());
-        let page_lines = lines((layout.page_len * std::mem::size_of::<A>()).min(4 * LINE));
-        let ask = |entry: Entry, lines: usize| {
-            for line in 0..lines {
-                // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint: it never
-                // faults and changes nothing (the node or page is live anyway).
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(entry.cast::<i8>().wrapping_add(line * LINE))
-                };
-            }
-        };
-        for group in rows.chunks(GROUP) {
-            let mut pages = [0usize; GROUP];
-            let mut entries = [std::ptr::null_mut(); GROUP];
-            for ((page, entry), &row) in pages.iter_mut().zip(&mut entries).zip(group) {
-                *page = row / layout.rows_per_page;
-                *entry = old.root[layout.root_slot(*page)];
-                ask(*entry, node_lines);
-            }
-            // Round `level` loads what the round before asked for, and asks for what is below.
-            for level in (0..layout.levels).rev() {
-                let lines = if level == 0 { page_lines } else { node_lines };
-                for (page, entry) in pages.iter().zip(&mut entries).take(group.len()) {
-                    // SAFETY: a node of the live table `old` (never written while it is the
-                    // head), and its `slot` is in range.
-                    *entry = unsafe { *entry.cast::<Entry>().add(layout.slot(*page, level)) };
-                    ask(*entry, lines);
-                }
-            }
-        }
+    if !cfg!(target_arch = "x86_64") {
+        return; // `prefetch` does nothing there
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (old, layout, rows);
+    let node_lines = (layout.fanout * size_of::<Entry>()).div_ceil(CACHE_LINE);
+    let page_lines = (layout.page_len * size_of::<A>())
+        .min(4 * CACHE_LINE)
+        .div_ceil(CACHE_LINE);
+    for group in rows.chunks(GROUP) {
+        let mut pages = [0usize; GROUP];
+        for (page, &row) in pages.iter_mut().zip(group) {
+            *page = row / layout.rows_per_page;
+        }
+        old.walk_group(&pages[..group.len()], |entry, is_page| {
+            prefetch(entry.cast(), if is_page { page_lines } else { node_lines });
+        });
+    }
 }
 
 /// Applies one checked delta to the pages `new` owns (every page it touches is its own).
