@@ -112,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     let seconds = start.elapsed().as_secs_f64();
-    let saved = background.stop()?;
+    let progress = background.stop();
     let last = checkpoints.save(&store)?;
     let restored = Store::load(&last)?;
     let (final_loss, _) = step_loss(&data)?;
@@ -122,7 +122,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         adam.steps() as f64 / seconds
     );
     println!(
-        "{saved} background checkpoints while training; the last reloads with {} variables",
+        "{} background checkpoints while training ({} failed); the last reloads with {} variables",
+        progress.saved,
+        progress.failed,
         restored.len()
     );
     std::fs::remove_dir_all(&dir)?;

@@ -26,9 +26,9 @@
 
 use std::cell::Cell;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
-use crate::sync::next_thread_number;
+use crate::sync::{lock_std, next_thread_number};
 
 /// Shards per metric: enough that the threads of a big machine rarely share one.
 const SHARDS: usize = 16;
@@ -42,7 +42,7 @@ impl<T> Shard<T> {
     /// The shard's lock. A panic while it was held cannot leave a half-made record (a
     /// record is two plain adds), so a poisoned lock is used as it is.
     fn lock(&self) -> MutexGuard<'_, T> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.0)
     }
 }
 

@@ -36,6 +36,7 @@ use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{check_shape, Error, QueueProblem, Result};
+use crate::sync::lock_std;
 use crate::Element;
 
 /// How long an operation may wait.
@@ -79,7 +80,7 @@ impl<A: Element> TensorQueue<A> {
     /// The state's lock. Nothing panics while holding it but an allocation failure, which
     /// leaves the state whole, so a poisoned lock is used as it is.
     fn lock(&self) -> MutexGuard<'_, State<A>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.state)
     }
 
     /// An open, empty queue named `name` (for errors) holding at most `capacity` (at least

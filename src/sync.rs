@@ -46,6 +46,15 @@ impl<T> Mutex<T> {
     }
 }
 
+/// Locks a std mutex, one that loom never models (behind a condvar, in a thread of its own,
+/// across a barrier), ignoring poison: its holders leave the data whole before they can
+/// panic.
+pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A held [`Mutex`].
 #[cfg(not(mvtensor_loom))]
 pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;

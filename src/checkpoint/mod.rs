@@ -68,7 +68,7 @@ use crate::error::{Error, Result};
 use crate::{DType, Element, Store, StoreSnapshot};
 
 pub use load::{Missing, Restore};
-pub use periodic::{Checkpoints, Periodic};
+pub use periodic::{Checkpoints, Periodic, Progress};
 
 /// The header entry safetensors keeps its metadata in: no tensor may have this name.
 const METADATA: &str = "__metadata__";

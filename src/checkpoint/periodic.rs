@@ -2,12 +2,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::checkpoint_error;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::sync::lock_std as lock;
 use crate::Store;
 
 /// A directory of numbered checkpoints (`checkpoint-<n>.safetensors`), of which the newest
@@ -81,7 +82,7 @@ impl Checkpoints {
         let (snapshot, n) = {
             // Snapshot and number under one lock: concurrent saves number their files in
             // the order of their snapshots.
-            let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut next = lock(&self.next);
             let snapshot = store.snapshot();
             let n = snapshot.timestamp().max(*next);
             *next = n.saturating_add(1);
@@ -110,23 +111,29 @@ impl Checkpoints {
 
     /// Saves `store` every `interval` from a background thread until the returned handle is
     /// stopped or dropped. Saving never blocks the store's writers.
+    ///
+    /// A save that fails (a full disk, a directory gone for a while) is counted and kept in
+    /// [`Periodic::progress`], and the next interval tries again: a trainer that runs for
+    /// days keeps checkpointing once the cause is gone. (Until 2026-11-27 the first failure
+    /// ended the thread, and nobody knew until `stop`.)
     pub fn every(self, store: Arc<Store>, interval: Duration) -> Periodic {
         let (stop, stopped) = mpsc::channel::<()>();
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let shared = Arc::clone(&progress);
         let thread = thread::Builder::new()
             .name("mvtensor-checkpoints".into())
             .spawn(move || {
-                let mut saved = 0;
                 // Waits for the interval or for `stop` (a message, or the sender dropped).
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    self.save(&store)?;
-                    saved += 1;
+                    let saved = self.save(&store);
+                    lock(&shared).count(saved);
                 }
-                Ok(saved)
             })
             .expect("spawning the checkpoint thread");
         Periodic {
             stop: Some(stop),
             thread: Some(thread),
+            progress,
         }
     }
 }
@@ -157,27 +164,54 @@ fn number(path: &Path) -> Option<u64> {
 #[derive(Debug)]
 pub struct Periodic {
     stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<Result<usize>>>,
+    thread: Option<JoinHandle<()>>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+/// How a background checkpointer is doing ([`Periodic::progress`], [`Periodic::stop`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// Checkpoints saved.
+    pub saved: usize,
+    /// Saves that failed (each tried again at the next interval).
+    pub failed: usize,
+    /// The newest checkpoint saved.
+    pub last_saved: Option<PathBuf>,
+    /// The newest failure: an [`Error::Checkpoint`] naming the file. It stays after later
+    /// saves succeed; compare `failed` between two looks to see new ones.
+    pub last_error: Option<Error>,
+}
+
+impl Progress {
+    fn count(&mut self, save: Result<PathBuf>) {
+        match save {
+            Ok(path) => (self.saved, self.last_saved) = (self.saved + 1, Some(path)),
+            Err(error) => (self.failed, self.last_error) = (self.failed + 1, Some(error)),
+        }
+    }
 }
 
 impl Periodic {
-    /// Stops the checkpointer: returns how many checkpoints it saved, or the error that
-    /// stopped it early.
-    ///
-    /// # Errors
-    /// The [`Error::Checkpoint`](crate::Error::Checkpoint) of the save that failed.
-    pub fn stop(mut self) -> Result<usize> {
-        self.finish()
+    /// How it has gone so far: saves made and failed, the newest file and failure.
+    pub fn progress(&self) -> Progress {
+        lock(&self.progress).clone()
     }
 
-    fn finish(&mut self) -> Result<usize> {
+    /// Stops the checkpointer (after a save in progress) and returns how it went. A
+    /// trainer that must not lose its checkpoints silently checks `failed`.
+    #[must_use = "the progress says whether any save failed"]
+    pub fn stop(mut self) -> Progress {
+        self.finish();
+        self.progress()
+    }
+
+    fn finish(&mut self) {
         drop(self.stop.take());
-        match self.thread.take() {
-            Some(thread) => match thread.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
-            },
-            None => Ok(0),
+        if let Some(thread) = self.thread.take() {
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 }
@@ -185,7 +219,7 @@ impl Periodic {
 impl Drop for Periodic {
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            let _ = self.finish(); // `stop` is how to see the outcome
+            self.finish(); // `stop` is how to see the outcome
         }
     }
 }

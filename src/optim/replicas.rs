@@ -10,6 +10,7 @@ use ndarray::{ArrayD, IxDyn, NdFloat};
 use super::{Gradients, Optimizer};
 use crate::error::{Error, Result};
 use crate::read_all::read_all;
+use crate::sync::lock_std as lock;
 use crate::{Element, Variable};
 
 /// A synchronous all-reduce over `workers` threads in front of an [`Optimizer`]. Each worker
@@ -141,11 +142,4 @@ impl<A: Element + NdFloat> Replicas<A> {
             let _ = sum.assign(ArrayD::zeros(seen.raw_dim()));
         }
     }
-}
-
-/// Locks `mutex`, ignoring poison: what it guards is whole between statements.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

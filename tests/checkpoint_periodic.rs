@@ -1,0 +1,145 @@
+//! Issue 12: checkpoints kept as a trainer goes: numbered files in a directory
+//! ([`Checkpoints`]), the newest few kept, saved by hand or from a background thread.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mvtensor::checkpoint::Checkpoints;
+use mvtensor::{Error, Store};
+use ndarray::{Array1, Ix1};
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a scratch directory")
+}
+
+/// A trainer resumed from its last checkpoint starts a new process, whose commit clock
+/// starts again: its new files must still sort after its previous run's. (They were named
+/// after the clock alone: with `keep` files from a longer run in the directory, each new save
+/// was the lowest number and was deleted as soon as it was written, its path returned.)
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_resumed_trainers_checkpoints_sort_after_its_previous_runs() {
+    let dir = scratch();
+    let store = Store::new();
+    let w = store.variable("w", Array1::<f32>::zeros(2)).unwrap();
+    // The previous run's last checkpoint, numbered far beyond this process's clock.
+    let previous = dir
+        .path()
+        .join(format!("checkpoint-{:020}.safetensors", u64::MAX / 2));
+    store.snapshot().save(&previous).unwrap();
+    // A file that only looks like a checkpoint is neither counted nor removed.
+    let stranger = dir.path().join("checkpoint-notes.safetensors");
+    std::fs::write(&stranger, b"not ours").unwrap();
+
+    let checkpoints = Checkpoints::new(dir.path(), 2).unwrap();
+    let mut saved = Vec::new();
+    for step in 1..=3 {
+        w.assign_add(&Array1::ones(2)).unwrap();
+        saved.push(checkpoints.clone().save(&store).unwrap());
+        let files = checkpoints.list().unwrap();
+        assert_eq!(files.last(), saved.last(), "the newest save sorts last");
+        let newest = Store::load(files.last().unwrap()).unwrap();
+        assert_eq!(newest.get::<f32, Ix1>("w").unwrap().read()[0], step as f32);
+    }
+    // The newest two are kept, the previous run's and the first save removed.
+    assert_eq!(checkpoints.list().unwrap(), saved[1..].to_vec());
+    assert!(!previous.exists() && stranger.exists());
+    // A new handle on the directory counts on from the highest number.
+    let later = Checkpoints::new(dir.path(), 2)
+        .unwrap()
+        .save(&store)
+        .unwrap();
+    assert_eq!(checkpoints.list().unwrap().last(), Some(&later));
+}
+
+/// Saves through clones at once (a trainer's own beside `every`'s) each keep the newest
+/// files without failing: two saves may both remove the same old file. (The second got
+/// NotFound: an audit's background checkpointer stopped after 11 saves.)
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn saves_through_clones_at_once_all_succeed() {
+    let dir = scratch();
+    let store = Store::new();
+    let _w = store.variable("w", Array1::<f32>::zeros(16)).unwrap();
+    let checkpoints = Checkpoints::new(dir.path(), 1).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let (checkpoints, store) = (checkpoints.clone(), &store);
+            s.spawn(move || {
+                for _ in 0..150 {
+                    checkpoints.save(store).unwrap();
+                }
+            });
+        }
+    });
+    assert!(!checkpoints.list().unwrap().is_empty());
+}
+
+/// The background checkpointer outlives failed saves: with its directory gone, saves fail,
+/// are counted and keep the error; once the directory is back it saves again. (The first
+/// failure used to end its thread, and nobody knew until `stop`.)
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_background_checkpointer_goes_on_after_failed_saves() {
+    let scratch = scratch();
+    let dir = scratch.path().join("checkpoints");
+    let store = Arc::new(Store::new());
+    let w = store.variable("w", Array1::<f32>::zeros(8)).unwrap();
+    let background = Checkpoints::new(&dir, 2)
+        .unwrap()
+        .every(Arc::clone(&store), Duration::from_millis(1));
+    let progress = || background.progress();
+    wait_for("two saves", || progress().saved >= 2);
+
+    remove_while_saving(&dir);
+    wait_for("two failed saves", || progress().failed >= 2);
+    let failing = progress();
+    assert!(
+        matches!(&failing.last_error, Some(Error::Checkpoint { file, .. }) if file.contains("checkpoints")),
+        "{failing:?}"
+    );
+
+    std::fs::create_dir_all(&dir).unwrap();
+    w.assign_add(&Array1::ones(8)).unwrap();
+    wait_for("two saves after the failures", || {
+        progress().saved >= failing.saved + 2
+    });
+    let last = background.stop();
+    assert!(last.failed >= failing.failed && last.saved >= failing.saved + 2);
+    assert!(
+        last.last_error.is_some(),
+        "the newest failure stays after later saves"
+    );
+    let newest = last.last_saved.expect("a save after the failures");
+    let saved = Store::load(&newest).unwrap();
+    assert_eq!(saved.get::<f32, Ix1>("w").unwrap().read()[0], 1.0);
+    let files = Checkpoints::new(&dir, 2).unwrap().list().unwrap();
+    assert_eq!(
+        files.last(),
+        Some(&newest),
+        "the newest two are kept: {files:?}"
+    );
+    assert_eq!(files.len(), 2);
+}
+
+/// Removes `dir` while the checkpointer may be writing a file in it (which makes the
+/// removal fail as not empty): tries again until it is gone.
+fn remove_while_saving(dir: &Path) {
+    wait_for("the directory to be removed", || {
+        std::fs::remove_dir_all(dir).is_ok() && !dir.exists()
+    });
+}
+
+/// Polls `done` until it holds: what the checkpointer's thread does is seen only through
+/// its progress and files. Fails after a minute instead of hanging.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "waited a minute for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
