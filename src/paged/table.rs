@@ -370,9 +370,9 @@ impl<A: Element> PagedTable<A> {
                 data.extend_from_slice(unsafe { std::slice::from_raw_parts(start, width) });
             }
         }
-        let mut shape = self.layout.shape.clone();
+        let mut shape = IxDyn(&self.layout.shape); // inline up to 4 axes: no allocation
         shape[0] = n;
-        ArrayD::from_shape_vec(IxDyn(&shape), data).expect("rows times width elements")
+        ArrayD::from_shape_vec(shape, data).expect("rows times width elements")
     }
 }
 
