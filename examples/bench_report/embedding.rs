@@ -217,10 +217,18 @@ impl Report<'_> {
                  counter an update took {} (Zipf) and {} (uniform) of CPU more than a plain \
                  one: the staged copy of its rows, the execution (a ticket on each variable, \
                  the batch flag), the table installed pending and settled after the commit, \
-                 and the counter's own version. A {K}-row read took {} against {} for the best \
-                 lock's (uniform): mvtensor's gather reaches each row through the tree (a root \
-                 slot, a node, then the page: loads that depend on one another, where a lock \
-                 indexes one flat array) before it copies it. Until 2026-11-27 the locks \
+                 and the counter's own version. A {K}-row read took {} (Zipf) and {} (uniform) \
+                 against {} and {} for the best lock's. A gather walks its rows through the \
+                 tree {K} at a time, one level for all of them, and asks for each row as soon \
+                 as it is found, so that their misses overlap (row by row, each row waiting \
+                 for its node and then its page, it took 1.4-1.8x as long, measured \
+                 2026-11-27); what remains is the walk (a root slot and a node per row \
+                 before the page, where a lock indexes one flat array) and a fixed cost per \
+                 gather (the snapshot, the index check, the array), which weigh most with \
+                 Zipf rows: a lock's hot rows are the first few hundred rows of its array, \
+                 cached and next to one another, where mvtensor's are wherever the pool put \
+                 their latest copies (7 cached rows gathered 32 times: ~2.2x the lock's \
+                 CPU). Until 2026-11-27 the locks \
                  gathered through ndarray's `select`, which builds a view per row and \
                  concatenates them, at 2-3x the cost, and this target read met (0.61-0.84x); \
                  a review of the benchmarks found it, and that the read was compared with \
@@ -233,7 +241,9 @@ impl Report<'_> {
                 self.env.cores,
                 latency(section_extra(Indices::Zipf)),
                 latency(section_extra(Indices::Uniform)),
+                latency(self.sparse_cost(Indices::Zipf, EmbeddingVariant::Paged).1),
                 latency(mv_g),
+                latency(lock_cost(Indices::Zipf).1),
                 latency(lock_g),
             ),
         }
