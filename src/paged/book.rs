@@ -40,7 +40,8 @@ mod build;
 mod chain;
 mod free;
 
-use super::table::{Layout, Node, Page, PagedTable};
+use super::layout::{Layout, Node, Page};
+use super::table::PagedTable;
 use crate::grace::Clock;
 use crate::pool::Link;
 use crate::record::Record;

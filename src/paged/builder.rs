@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ndarray::{Array, Dimension};
 
 use super::book::Book;
-use super::table::Layout;
+use super::layout::Layout;
 use super::{Inner, PagedVariable};
 use crate::combine::Combiner;
 use crate::error::{check_has_rows, Result};

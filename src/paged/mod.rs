@@ -19,6 +19,7 @@ mod at;
 mod book;
 mod builder;
 mod inner;
+mod layout;
 mod snapshot;
 mod table;
 #[cfg(test)]
@@ -39,8 +40,8 @@ use ndarray::{Array, ArrayRef, Dimension};
 pub(crate) use self::at::TableAt;
 use self::book::Book;
 pub use self::builder::PagedVariableBuilder;
+use self::layout::Layout;
 pub use self::snapshot::{OwnedPagedSnapshot, PagedSnapshot};
-use self::table::Layout;
 pub use self::table::PagedTable;
 use crate::combine::Combiner;
 use crate::error::{check_rows, check_shape, Result};

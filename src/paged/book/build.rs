@@ -4,7 +4,8 @@
 use std::ptr;
 use std::sync::Arc;
 
-use super::super::table::{prefetch, Entry, Layout, PagedTable, CACHE_LINE, GROUP};
+use super::super::layout::{Entry, Layout, GROUP};
+use super::super::table::{prefetch, PagedTable, CACHE_LINE};
 use super::{Ledger, Piece};
 use crate::kernel::{accumulate, zip_into, Delta};
 use crate::sync::Ordering;

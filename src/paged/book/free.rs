@@ -5,7 +5,8 @@
 use std::ptr;
 
 use super::{Book, Ledger, Piece};
-use crate::paged::table::{Entry, Node, Page, PagedTable};
+use crate::paged::layout::{Entry, Node, Page};
+use crate::paged::table::PagedTable;
 use crate::pool::{orphan, Link};
 use crate::sync::Ordering;
 use crate::Element;
