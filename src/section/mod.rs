@@ -23,6 +23,7 @@ mod paged_slot;
 mod rows;
 mod slot;
 mod txn;
+mod whole;
 
 use std::cell::RefCell;
 use std::fmt;
