@@ -5,6 +5,11 @@
 //! write holds that variable's ticket), may therefore not start an execution nor write a
 //! queued variable directly: both return [`Error::Reentrant`] at once. (Writes inside an
 //! execution go through its `Txn`.)
+//!
+//! The same thread-local also knows which variables' `update` closures the thread is running
+//! ([`updating`]): a closure that writes its own variable would make that update retry
+//! forever (each attempt's write loses the compare-and-swap to the closure's own), so the
+//! write returns [`Error::Reentrant`] instead.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -47,14 +52,37 @@ impl Entered {
     }
 }
 
+/// One `update` closure this thread is running, on its caller's stack, linked to the one
+/// it runs inside (closures of different variables may nest).
+struct Update {
+    variable: u64,
+    outer: *const Update,
+}
+
+/// This thread's state: the ticket-holding work it is inside, and the innermost `update`
+/// closure it runs (null: none). One thread-local, so that a write looks at both at once.
+struct State {
+    running: Cell<Option<Entered>>,
+    updating: Cell<*const Update>,
+}
+
+impl State {
+    const fn new() -> Self {
+        Self {
+            running: Cell::new(None),
+            updating: Cell::new(std::ptr::null()),
+        }
+    }
+}
+
 #[cfg(not(mvtensor_loom))]
 thread_local! {
-    static RUNNING: Cell<Option<Entered>> = const { Cell::new(None) };
+    static RUNNING: State = const { State::new() };
 }
 
 #[cfg(mvtensor_loom)] // loom's thread_local! has no `const` form
 thread_local! {
-    static RUNNING: Cell<Option<Entered>> = Cell::new(None);
+    static RUNNING: State = State::new();
 }
 
 /// Marks this thread as inside ticket-holding work until dropped.
@@ -68,7 +96,8 @@ impl<'n> Running<'n> {
         name: &'n str,
         attempted: impl FnOnce() -> String,
     ) -> Result<Self, Error> {
-        RUNNING.with(|running| {
+        RUNNING.with(|state| {
+            let running = &state.running;
             if let Some(outer) = running.get() {
                 return Err(Error::Reentrant {
                     running: outer.describe(),
@@ -86,13 +115,13 @@ impl<'n> Running<'n> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        RUNNING.with(|running| running.set(None));
+        RUNNING.with(|state| state.running.set(None));
     }
 }
 
 /// `Err(Reentrant)` if this thread is inside ticket-holding work; `what` describes the attempt.
 pub(crate) fn check_outside(what: impl FnOnce() -> String) -> Result<(), Error> {
-    match RUNNING.with(Cell::get) {
+    match RUNNING.with(|state| state.running.get()) {
         Some(outer) => Err(Error::Reentrant {
             running: outer.describe(),
             attempted: what(),
@@ -101,7 +130,47 @@ pub(crate) fn check_outside(what: impl FnOnce() -> String) -> Result<(), Error> 
     }
 }
 
-/// Whether this thread is inside ticket-holding work.
+/// Whether this thread is inside ticket-holding work or an `update` closure: then a delta
+/// is applied on its own (not combined: a combining pass may wait for other threads, and a
+/// closure's write to its own variable must be seen by [`check_not_updating`]).
 pub(crate) fn inside() -> bool {
-    RUNNING.with(|running| running.get().is_some())
+    RUNNING.with(|state| state.running.get().is_some() || !state.updating.get().is_null())
+}
+
+/// Runs `f`, an `update` closure of the variable with id `variable`, marked as such.
+pub(crate) fn updating<R>(variable: u64, f: impl FnOnce() -> R) -> R {
+    /// Unmarks it, also on unwind.
+    struct Leave(*const Update);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            RUNNING.with(|state| state.updating.set(self.0));
+        }
+    }
+    let outer = RUNNING.with(|state| state.updating.get());
+    let update = Update { variable, outer };
+    // The mark points at `update`, on this frame: `Leave` removes it before the frame ends.
+    RUNNING.with(|state| state.updating.set(&update));
+    let _leave = Leave(outer);
+    f()
+}
+
+/// `Err(Reentrant)` if this thread is running an `update` closure of the variable with id
+/// `variable` (see the module docs); `name` is the variable's.
+pub(crate) fn check_not_updating(variable: u64, name: &str) -> Result<(), Error> {
+    let mut update = RUNNING.with(|state| state.updating.get());
+    while !update.is_null() {
+        // SAFETY: every `Update` linked from this thread's state lives on a frame of this
+        // thread that `updating` is still running (its `Leave` unlinks it first).
+        let current = unsafe { &*update };
+        if current.variable == variable {
+            return Err(Error::Reentrant {
+                running: format!("the update closure of `{name}`"),
+                attempted: format!(
+                    "a write to `{name}` itself, which would make the update retry forever"
+                ),
+            });
+        }
+        update = current.outer;
+    }
+    Ok(())
 }

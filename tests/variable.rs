@@ -175,3 +175,72 @@ fn unnamed_variables_get_a_name_for_errors() {
     let err = v.assign(ones(&[2])).unwrap_err();
     assert!(err.to_string().contains(v.name()));
 }
+
+/// An `update` closure that writes its own variable gets `Error::Reentrant` from that write:
+/// the write used to succeed, so the update lost its compare-and-swap to it and ran the
+/// closure again, forever (a user's trainer spun at 100% CPU). Writes to other variables
+/// still work inside it, closures of different variables nest, and the mark goes with the
+/// closure, also when it panics.
+#[test]
+fn an_update_closure_writing_its_own_variable_is_refused_not_retried_forever() {
+    use std::cell::{Cell, RefCell};
+    let w = Variable::new(arr1(&[1.0f32, 2.0]));
+    let other = Variable::new(arr1(&[0.0f32]));
+    let (runs, refused) = (Cell::new(0), RefCell::new(Vec::new()));
+    let version = w
+        .update(|x| {
+            runs.set(runs.get() + 1);
+            if runs.get() < 100 {
+                // (bounded, so that a regression fails here instead of hanging)
+                let mut refused = refused.borrow_mut();
+                refused.push(w.assign_add(&arr1(&[1.0, 1.0])).err());
+                refused.push(w.assign(arr1(&[9.0, 9.0])).err());
+                refused.push(w.fetch_update(|x| x + 1.0).err());
+            }
+            other.assign_add(&arr1(&[1.0])).unwrap(); // another variable: fine
+            x * 2.0
+        })
+        .unwrap();
+    assert_eq!(
+        runs.get(),
+        1,
+        "the closure's own writes made the update retry"
+    );
+    assert_eq!(version, 1);
+    assert_eq!(w.read().to_vec(), [2.0, 4.0], "no refused write landed");
+    assert_eq!(other.read().to_vec(), [1.0]);
+    for err in refused.borrow().iter() {
+        let err = err.as_ref().expect("refused");
+        assert!(err.to_string().contains("retry forever"), "{err}");
+    }
+
+    // Nested across variables: inside `w`'s closure, run inside `other`'s, both are marked.
+    let before = other
+        .fetch_update(|o| {
+            w.update(|x| {
+                assert!(matches!(
+                    other.assign_add(&arr1(&[1.0])),
+                    Err(Error::Reentrant { .. })
+                ));
+                assert!(matches!(
+                    w.assign_add(&arr1(&[1.0, 1.0])),
+                    Err(Error::Reentrant { .. })
+                ));
+                x + 1.0
+            })
+            .unwrap();
+            o + 10.0
+        })
+        .unwrap();
+    assert_eq!(before.to_vec(), [1.0]);
+    assert_eq!(
+        (w.read().to_vec(), other.read().to_vec()),
+        (vec![3.0, 5.0], vec![11.0])
+    );
+
+    // The mark ends with the closure, also on unwind.
+    let panicked = std::panic::catch_unwind(|| w.update(|_| -> ndarray::Array1<f32> { panic!() }));
+    assert!(panicked.is_err());
+    w.assign_add(&arr1(&[1.0, 1.0])).unwrap();
+    assert_eq!(w.read().to_vec(), [4.0, 6.0]);
+}

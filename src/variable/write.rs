@@ -87,6 +87,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     ///
     /// `f` may run **more than once**: if another writer commits between reading the current
     /// value and publishing, `f` runs again on the newer value. Keep it free of side effects.
+    /// A write to this same variable from inside `f` returns [`Error::Reentrant`]: it would
+    /// commit first, and make the update lose and run `f` again, forever.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if `f` returns another shape (unless dynamic); nothing is
@@ -95,8 +97,10 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         &self,
         mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<u64> {
+        let id = self.inner.id;
         self.erased().write_now(|cur, next| {
-            let value = kernel::standard(dim::with_typed(&cur.data, &mut f).into_dyn());
+            let value = running::updating(id, || dim::with_typed(&cur.data, &mut f));
+            let value = kernel::standard(value.into_dyn());
             self.inner.check_new_shape(value.shape())?;
             next.data = value;
             Ok(())
@@ -127,8 +131,10 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         &self,
         mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<Snapshot<A, D>> {
+        let id = self.inner.id;
         self.erased().fetch_write(|cur, next| {
-            let value = kernel::standard(dim::with_typed(&cur.data, &mut f).into_dyn());
+            let value = running::updating(id, || dim::with_typed(&cur.data, &mut f));
+            let value = kernel::standard(value.into_dyn());
             self.inner.check_new_shape(value.shape())?;
             next.data = value;
             Ok(())
@@ -235,6 +241,9 @@ impl<A: Element> Variable<A> {
         mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<(Pinned<'g, A>, u64)> {
         let inner = &*self.inner;
+        if let Taker::Anyone = taker {
+            running::check_not_updating(inner.id, &inner.name)?;
+        }
         let mut ticket = None;
         let mut next = None;
         loop {
