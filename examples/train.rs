@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let checkpoints = Checkpoints::new(&dir, 2)?;
     let background = checkpoints
         .clone()
-        .every(Arc::clone(&store), Duration::from_millis(200));
+        .every(Arc::clone(&store), Duration::from_millis(200))?;
 
     let batches = TensorQueue::<f32>::new("batches", 64, &[BATCH, 12]);
     let loss = Mean::new();

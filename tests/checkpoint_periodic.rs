@@ -78,7 +78,8 @@ fn saves_through_clones_at_once_all_succeed() {
 
 /// The background checkpointer outlives failed saves: with its directory gone, saves fail,
 /// are counted and keep the error; once the directory is back it saves again. (The first
-/// failure used to end its thread, and nobody knew until `stop`.)
+/// failure used to end its thread, and nobody knew until `stop`.) A writer keeps writing,
+/// so that every interval has something new to save.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_background_checkpointer_goes_on_after_failed_saves() {
@@ -88,8 +89,14 @@ fn a_background_checkpointer_goes_on_after_failed_saves() {
     let w = store.variable("w", Array1::<f32>::zeros(8)).unwrap();
     let background = Checkpoints::new(&dir, 2)
         .unwrap()
-        .every(Arc::clone(&store), Duration::from_millis(1));
-    let progress = || background.progress();
+        .every(Arc::clone(&store), Duration::from_millis(1))
+        .unwrap();
+    let writes = std::cell::Cell::new(0.0f32);
+    let progress = || {
+        w.assign_add(&Array1::ones(8)).unwrap();
+        writes.set(writes.get() + 1.0);
+        background.progress()
+    };
     wait_for("two saves", || progress().saved >= 2);
 
     remove_while_saving(&dir);
@@ -101,7 +108,7 @@ fn a_background_checkpointer_goes_on_after_failed_saves() {
     );
 
     std::fs::create_dir_all(&dir).unwrap();
-    w.assign_add(&Array1::ones(8)).unwrap();
+    let back = writes.get();
     wait_for("two saves after the failures", || {
         progress().saved >= failing.saved + 2
     });
@@ -113,7 +120,12 @@ fn a_background_checkpointer_goes_on_after_failed_saves() {
     );
     let newest = last.last_saved.expect("a save after the failures");
     let saved = Store::load(&newest).unwrap();
-    assert_eq!(saved.get::<f32, Ix1>("w").unwrap().read()[0], 1.0);
+    let value = saved.get::<f32, Ix1>("w").unwrap().read()[0];
+    assert!(
+        back <= value && value <= writes.get(),
+        "{back} <= {value} <= {}",
+        writes.get()
+    );
     let files = Checkpoints::new(&dir, 2).unwrap().list().unwrap();
     assert_eq!(
         files.last(),
@@ -121,6 +133,46 @@ fn a_background_checkpointer_goes_on_after_failed_saves() {
         "the newest two are kept: {files:?}"
     );
     assert_eq!(files.len(), 2);
+}
+
+/// An interval with no write saves nothing, so that a paused trainer's newest files stay
+/// distinct checkpoints (they became copies of one state, pushing the older ones out); the
+/// next write is saved. A zero interval is refused.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_background_checkpointer_saves_only_what_changed() {
+    let dir = scratch();
+    let store = Arc::new(Store::new());
+    let w = store.variable("w", Array1::<f32>::zeros(4)).unwrap();
+    let checkpoints = Checkpoints::new(dir.path(), 3).unwrap();
+    let zero = checkpoints
+        .clone()
+        .every(Arc::clone(&store), Duration::ZERO);
+    assert!(
+        matches!(
+            &zero,
+            Err(Error::InvalidSetting {
+                setting: "interval",
+                ..
+            })
+        ),
+        "{zero:?}"
+    );
+    let background = checkpoints
+        .clone()
+        .every(Arc::clone(&store), Duration::from_millis(1))
+        .unwrap();
+    wait_for("the first save", || background.progress().saved >= 1);
+    wait_for("idle intervals", || background.progress().unchanged >= 5);
+    assert_eq!(background.progress().saved, 1, "nothing changed");
+    assert_eq!(checkpoints.list().unwrap().len(), 1);
+
+    w.assign_add(&Array1::ones(4)).unwrap();
+    wait_for("the write's save", || background.progress().saved >= 2);
+    let last = background.stop();
+    assert_eq!(last.saved, 2);
+    let newest = Store::load(last.last_saved.unwrap()).unwrap();
+    assert_eq!(newest.get::<f32, Ix1>("w").unwrap().read()[0], 1.0);
 }
 
 /// Removes `dir` while the checkpointer may be writing a file in it (which makes the

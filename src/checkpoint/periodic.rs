@@ -7,9 +7,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::checkpoint_error;
-use crate::error::{Error, Result};
+use crate::error::{check_setting, Error, Result};
 use crate::sync::lock_std as lock;
-use crate::Store;
+use crate::{Store, StoreSnapshot};
 
 /// A directory of numbered checkpoints (`checkpoint-<n>.safetensors`), of which the newest
 /// `keep` are kept. Call [`save`](Self::save) every N steps, or let
@@ -79,11 +79,25 @@ impl Checkpoints {
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file that could not be
     /// written or removed.
     pub fn save(&self, store: &Store) -> Result<PathBuf> {
+        let saved = self.save_unless(store, |_| false)?;
+        Ok(saved.expect("saved unless `unchanged`"))
+    }
+
+    /// [`save`](Self::save), unless `unchanged` says the snapshot holds nothing new (then
+    /// nothing is written and no number is used: `Ok(None)`).
+    fn save_unless(
+        &self,
+        store: &Store,
+        unchanged: impl FnOnce(&StoreSnapshot) -> bool,
+    ) -> Result<Option<PathBuf>> {
         let (snapshot, n) = {
             // Snapshot and number under one lock: concurrent saves number their files in
             // the order of their snapshots.
             let mut next = lock(&self.next);
             let snapshot = store.snapshot();
+            if unchanged(&snapshot) {
+                return Ok(None);
+            }
             let n = snapshot.timestamp().max(*next);
             *next = n.saturating_add(1);
             (snapshot, n)
@@ -98,7 +112,7 @@ impl Checkpoints {
                 removed => removed.map_err(|e| checkpoint_error(old, e.to_string()))?,
             }
         }
-        Ok(path)
+        Ok(Some(path))
     }
 
     /// The checkpoint files in the directory, oldest (lowest number) first.
@@ -112,29 +126,55 @@ impl Checkpoints {
     /// Saves `store` every `interval` from a background thread until the returned handle is
     /// stopped or dropped. Saving never blocks the store's writers.
     ///
-    /// A save that fails (a full disk, a directory gone for a while) is counted and kept in
-    /// [`Periodic::progress`], and the next interval tries again: a trainer that runs for
-    /// days keeps checkpointing once the cause is gone. (Until 2026-11-27 the first failure
-    /// ended the thread, and nobody knew until `stop`.)
-    pub fn every(self, store: Arc<Store>, interval: Duration) -> Periodic {
+    /// An interval in which no variable of the store was written saves nothing (counted in
+    /// [`Progress::unchanged`]): a paused trainer's newest `keep` files stay distinct
+    /// checkpoints instead of becoming copies of its last state. A save that fails (a full
+    /// disk, a directory gone for a while) is counted and kept in [`Periodic::progress`],
+    /// and the next interval tries again: a trainer that runs for days keeps checkpointing
+    /// once the cause is gone. (Until 2026-11-27 the first failure ended the thread, and
+    /// nobody knew until `stop`.)
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] for a zero `interval` (a save after a save, as fast as the
+    /// disk allows).
+    pub fn every(self, store: Arc<Store>, interval: Duration) -> Result<Periodic> {
+        check_setting(
+            || format!("checkpoints in {}", self.dir.display()),
+            "interval",
+            interval,
+            !interval.is_zero(),
+            "a positive duration",
+        )?;
         let (stop, stopped) = mpsc::channel::<()>();
         let progress = Arc::new(Mutex::new(Progress::default()));
         let shared = Arc::clone(&progress);
         let thread = thread::Builder::new()
             .name("mvtensor-checkpoints".into())
             .spawn(move || {
+                // Each variable's name and version in the last file saved.
+                let mut last: Option<Vec<(String, u64)>> = None;
                 // Waits for the interval or for `stop` (a message, or the sender dropped).
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    let saved = self.save(&store);
+                    let mut cut = None;
+                    let saved = self.save_unless(&store, |snapshot| {
+                        let now = snapshot.iter().map(|v| (v.name().to_owned(), v.version()));
+                        let now: Vec<_> = now.collect();
+                        let same = last.as_ref() == Some(&now);
+                        cut = Some(now);
+                        same
+                    });
+                    if let Ok(Some(_)) = saved {
+                        last = cut;
+                    }
                     lock(&shared).count(saved);
                 }
             })
             .expect("spawning the checkpoint thread");
-        Periodic {
+        Ok(Periodic {
             stop: Some(stop),
             thread: Some(thread),
             progress,
-        }
+        })
     }
 }
 
@@ -176,6 +216,8 @@ pub struct Progress {
     pub saved: usize,
     /// Saves that failed (each tried again at the next interval).
     pub failed: usize,
+    /// Intervals that saved nothing: no variable was written since the last file.
+    pub unchanged: usize,
     /// The newest checkpoint saved.
     pub last_saved: Option<PathBuf>,
     /// The newest failure: an [`Error::Checkpoint`] naming the file. It stays after later
@@ -184,9 +226,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    fn count(&mut self, save: Result<PathBuf>) {
+    fn count(&mut self, save: Result<Option<PathBuf>>) {
         match save {
-            Ok(path) => (self.saved, self.last_saved) = (self.saved + 1, Some(path)),
+            Ok(None) => self.unchanged += 1,
+            Ok(Some(path)) => (self.saved, self.last_saved) = (self.saved + 1, Some(path)),
             Err(error) => (self.failed, self.last_error) = (self.failed + 1, Some(error)),
         }
     }
