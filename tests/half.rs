@@ -76,3 +76,15 @@ fn a_section_mixes_f32_and_bf16_resources() -> Result<(), Error> {
     assert!(shadow.read().iter().all(|&x| x == bf16::from_f32(1.25)));
     Ok(())
 }
+
+/// ndarray's constructors that need `num_traits::Zero`/`One` build half-precision arrays:
+/// the `half` dependency has its `num-traits` feature on (a user's review found
+/// `Array1::<f16>::zeros` did not compile).
+#[test]
+fn half_arrays_come_from_ndarrays_own_constructors() {
+    let v = Variable::new(ndarray::Array2::<f16>::zeros((2, 3)));
+    v.assign_add(&ndarray::Array2::<f16>::ones((2, 3))).unwrap();
+    assert!(v.read().iter().all(|&x| x == f16::ONE));
+    let b = Variable::new(ndarray::Array1::<bf16>::ones(4));
+    assert_eq!(b.read().sum(), bf16::from_f32(4.0));
+}
