@@ -246,6 +246,20 @@ pub enum Error {
         /// The range it must be in.
         expected: &'static str,
     },
+
+    /// A gradient holds a NaN or an infinity, and its optimizer refuses such steps
+    /// ([`OptimizerBuilder::error_if_nonfinite`](crate::optim::OptimizerBuilder::error_if_nonfinite)):
+    /// nothing was applied, and the step count did not move.
+    #[error(
+        "optimizer `{optimizer}`: the gradient of `{parameter}` holds a NaN or an infinity; \
+         the step was refused"
+    )]
+    NonFinite {
+        /// The optimizer (its section's name).
+        optimizer: String,
+        /// The parameter whose gradient it is (`<set>.<tensor>` in a packed set).
+        parameter: String,
+    },
 }
 
 fn rank_words(rank: Option<usize>) -> String {

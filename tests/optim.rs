@@ -622,3 +622,89 @@ fn clipping_counts_every_element_of_a_large_gradient() {
     let norm = (16_777_216.0f64 + 1000.0).sqrt();
     assert_eq!(w.read()[1], -((1.0 / norm) as f32));
 }
+
+/// An optimizer built with `error_if_nonfinite` refuses a step whose gradients hold a NaN or
+/// an infinity (in any gradient, at any position, a packed set's tensor named by its label)
+/// and applies nothing: the parameters, the moments and the step count are as before, so
+/// the next finite step gives the same result as if the bad one never came. Without it,
+/// the step is applied and the NaN stays in Adam's moments (a user's review).
+#[test]
+fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
+    use mvtensor::optim::Packed;
+    let grad = |bad: Option<(usize, f32)>| {
+        let mut g = Array1::from_shape_fn(37, |i| (i as f32 * 0.37).sin());
+        if let Some((at, x)) = bad {
+            g[at] = x;
+        }
+        g
+    };
+    let build = |guard: bool| {
+        let (w, b) = (
+            Variable::builder(Array1::<f32>::ones(37)).name("w").build(),
+            Variable::builder(Array1::<f32>::ones(3)).name("b").build(),
+        );
+        let builder = Optimizer::adam(0.1f32).param(&w).param(&b);
+        let adam = if guard {
+            builder.error_if_nonfinite()
+        } else {
+            builder
+        }
+        .build()
+        .unwrap();
+        (w, b, adam)
+    };
+    let fine = Array1::<f32>::ones(3);
+    let (w, b, adam) = build(true);
+    let (w_ref, b_ref, reference) = build(true);
+    for (at, x) in [
+        (0, f32::NAN),
+        (36, f32::INFINITY),
+        (8, f32::NEG_INFINITY),
+        (31, f32::NAN),
+    ] {
+        let refused = adam.step((&grad(Some((at, x))), &fine)).unwrap_err();
+        assert!(
+            matches!(&refused, Error::NonFinite { parameter, .. } if parameter == "w"),
+            "{refused}"
+        );
+        let in_b = adam
+            .step((&grad(None), &Array1::from_elem(3, x)))
+            .unwrap_err();
+        assert!(matches!(&in_b, Error::NonFinite { parameter, .. } if parameter == "b"));
+        assert_eq!(adam.steps(), 0, "nothing applied");
+    }
+    for _ in 0..2 {
+        adam.step((&grad(None), &fine)).unwrap();
+        reference.step((&grad(None), &fine)).unwrap();
+    }
+    assert_eq!(
+        (w.read().to_vec(), b.read().to_vec()),
+        (w_ref.read().to_vec(), b_ref.read().to_vec())
+    );
+    assert_eq!(adam.steps(), 2);
+
+    // A packed set's tensor is named by its label.
+    let set = Packed::builder()
+        .tensor("w", &Array1::<f32>::ones(37))
+        .tensor("b", &Array1::<f32>::ones(3))
+        .build()
+        .unwrap();
+    let packed = Optimizer::adam(0.1f32)
+        .error_if_nonfinite()
+        .packed(&set)
+        .build()
+        .unwrap();
+    let refused = packed
+        .step((&grad(None), &Array1::from_elem(3, f32::NAN)))
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::NonFinite { parameter, .. } if parameter.ends_with(".b")),
+        "{refused}"
+    );
+
+    // Without the guard the NaN is applied, and stays.
+    let (w, _, unguarded) = build(false);
+    unguarded.step((&grad(Some((0, f32::NAN))), &fine)).unwrap();
+    unguarded.step((&grad(None), &fine)).unwrap();
+    assert!(w.read()[0].is_nan());
+}

@@ -17,6 +17,7 @@ pub struct OptimizerBuilder<A: Element> {
     pub(super) rule: Rule<A>,
     pub(super) schedule: Option<Schedule<A>>,
     pub(super) clip: Option<A>,
+    pub(super) error_if_nonfinite: bool,
     pub(super) params: Vec<Variable<A>>,
     pub(super) parts: Vec<Part>,
     pub(super) name: Option<String>,
@@ -68,6 +69,31 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// all parameters) exceeds `max_norm`.
     pub fn clip_global_norm(mut self, max_norm: A) -> Self {
         self.clip = Some(max_norm);
+        self
+    }
+
+    /// Refuses a step whose gradients hold a NaN or an infinity: [`Optimizer::step`] returns
+    /// [`Error::NonFinite`](crate::Error::NonFinite) naming the first such gradient, and
+    /// nothing is applied (the step count does not move), so the trainer can skip the
+    /// batch and go on. Without it (the default, as in PyTorch) such a step is applied: a
+    /// NaN reaches the parameters and, for Adam and momentum, stays in the moments for good;
+    /// clipping does not stop it (the norm is NaN). Costs one pass over the gradients a
+    /// step.
+    ///
+    /// ```
+    /// use mvtensor::{optim::Optimizer, Error, Variable};
+    /// use ndarray::arr1;
+    ///
+    /// let w = Variable::new(arr1(&[1.0f32, 1.0]));
+    /// let adam = Optimizer::adam(0.1).error_if_nonfinite().param(&w).build()?;
+    /// let bad = adam.step((&arr1(&[f32::NAN, 1.0]),));
+    /// assert!(matches!(bad, Err(Error::NonFinite { .. })));
+    /// assert_eq!((adam.steps(), w.read().to_vec()), (0, vec![1.0, 1.0]));
+    /// adam.step((&arr1(&[1.0, 1.0]),))?; // the next batch
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn error_if_nonfinite(mut self) -> Self {
+        self.error_if_nonfinite = true;
         self
     }
 
@@ -287,6 +313,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
             rule: self.rule,
             schedule: self.schedule,
             clip: self.clip,
+            error_if_nonfinite: self.error_if_nonfinite,
             params: self.params,
             shapes,
             parts: self.parts,

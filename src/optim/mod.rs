@@ -84,6 +84,8 @@ pub struct Optimizer<A: Element> {
     /// Each step's learning rate is the rule's times this factor of the step's number.
     schedule: Option<Schedule<A>>,
     clip: Option<A>,
+    /// Refuse steps whose gradients are not all finite ([`Error::NonFinite`]).
+    error_if_nonfinite: bool,
     params: Vec<Variable<A>>,
     /// Each parameter's shape when the optimizer was built: what its state blocks fit.
     shapes: Vec<Vec<usize>>,
@@ -106,6 +108,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
             rule,
             schedule: None,
             clip: None,
+            error_if_nonfinite: false,
             params: Vec::new(),
             parts: Vec::new(),
             name: None,
@@ -205,10 +208,16 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// # Errors
     /// [`Error::GradientCount`] if there are not as many gradients as parameters;
     /// [`Error::ShapeMismatch`] naming the parameter whose gradient has another shape;
-    /// [`Error::Reentrant`] from inside another execution. Nothing is applied then.
+    /// [`Error::Reentrant`] from inside another execution; [`Error::NonFinite`] if the
+    /// optimizer refuses non-finite gradients
+    /// ([`error_if_nonfinite`](OptimizerBuilder::error_if_nonfinite)). Nothing is applied
+    /// then.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
         let grads = grads.collect();
         self.check_gradients(&grads)?;
+        if self.error_if_nonfinite {
+            self.check_finite(&grads)?;
+        }
         let scale = self.clip.map_or(A::one(), |max| clip_scale(&grads, max));
         let per_param = self.rule.state_per_param();
         self.section.execute(|tx| {
@@ -305,6 +314,36 @@ impl<A: Element + NdFloat> Optimizer<A> {
             check_shape(label(), &part.shape, shape)?;
         }
         Ok(())
+    }
+
+    /// `Err(NonFinite)` naming the first gradient with a NaN or an infinity.
+    fn check_finite(&self, grads: &Collected<'_, A>) -> Result<()> {
+        // `x * 0` is 0 for a finite `x` and NaN otherwise: sums without a branch an element,
+        // in 8 lanes so that the adds do not wait for one another (and vectorise).
+        let finite = |g: &[A]| {
+            let mut lanes = [A::zero(); 8];
+            let chunks = g.chunks_exact(8);
+            let tail = chunks
+                .remainder()
+                .iter()
+                .fold(A::zero(), |acc, &x| acc + x * A::zero());
+            for chunk in chunks {
+                for (lane, &x) in lanes.iter_mut().zip(chunk) {
+                    *lane += x * A::zero();
+                }
+            }
+            lanes.iter().fold(tail, |acc, &lane| acc + lane) == A::zero()
+        };
+        match self.parts.iter().zip(grads).find(|(_, (_, g))| !finite(g)) {
+            Some((part, _)) => Err(Error::NonFinite {
+                optimizer: self.section.name().to_owned(),
+                parameter: part
+                    .label
+                    .clone()
+                    .unwrap_or_else(|| self.params[part.param].name().to_owned()),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The shape of each gradient a step takes, in order.
