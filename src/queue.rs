@@ -83,8 +83,9 @@ impl<A: Element> TensorQueue<A> {
         lock_std(&self.state)
     }
 
-    /// An open, empty queue named `name` (for errors) holding at most `capacity` (at least
-    /// one) elements of `shape`.
+    /// An open, empty queue named `name` (for errors) holding at most `capacity` elements of
+    /// `shape`; a capacity of 0 is taken as 1 (a queue that could hold nothing would block
+    /// every enqueue forever).
     pub fn new(name: impl Into<String>, capacity: usize, shape: &[usize]) -> Self {
         Self {
             name: name.into(),

@@ -331,9 +331,21 @@ fn a_soft_update_is_atomic_over_the_targets_while_the_online_net_trains() {
     assert!(moving > 0, "no look while the targets moved");
     polyak.apply(1.0).unwrap();
     assert_eq!((tw.read()[3], tb.read()[0]), (rounds as f64, rounds as f64));
-    let other = Variable::new(Array1::<f64>::zeros(3));
-    let bad = SoftUpdate::new().pair(&other, &w).build().unwrap();
-    assert!(matches!(bad.apply(0.5), Err(Error::ShapeMismatch { .. })));
+    // A pair whose shapes differ is refused at build (it was accepted, and every apply
+    // failed: a user's review); one that comes to differ later fails the apply.
+    let other = Variable::builder(Array1::<f64>::zeros(3))
+        .name("other")
+        .dynamic_shape()
+        .build();
+    let refused = SoftUpdate::new().pair(&other, &w).build().unwrap_err();
+    assert!(
+        matches!(&refused, Error::ShapeMismatch { variable, .. } if variable == "other"),
+        "{refused}"
+    );
+    other.assign(Array1::<f64>::zeros(w.shape()[0])).unwrap();
+    let later = SoftUpdate::new().pair(&other, &w).build().unwrap();
+    other.assign(Array1::<f64>::zeros(3)).unwrap();
+    assert!(matches!(later.apply(0.5), Err(Error::ShapeMismatch { .. })));
 }
 
 #[test]
@@ -707,4 +719,32 @@ fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
     unguarded.step((&grad(Some((0, f32::NAN))), &fine)).unwrap();
     unguarded.step((&grad(None), &fine)).unwrap();
     assert!(w.read()[0].is_nan());
+}
+
+/// An optimizer of one parameter takes its gradient alone, as an array, a view or a
+/// snapshot's array, the same as the 1-tuple; a lone gradient for several parameters is a
+/// count error.
+#[test]
+fn a_lone_parameters_gradient_needs_no_tuple() {
+    let w = Variable::new(Array1::<f32>::zeros(3));
+    let sgd = Optimizer::sgd(1.0f32).param(&w).build().unwrap();
+    let g = Array1::<f32>::ones(3);
+    sgd.step(&g).unwrap();
+    sgd.step(&g.view()).unwrap();
+    let held = Variable::new(Array1::<f32>::ones(3));
+    sgd.step(&*held.read()).unwrap();
+    sgd.step((&g,)).unwrap();
+    assert_eq!(w.read().to_vec(), [-4.0; 3]);
+    let two = Optimizer::sgd(1.0f32)
+        .param(&w)
+        .param(&held)
+        .build()
+        .unwrap();
+    assert!(matches!(
+        two.step(&g),
+        Err(Error::GradientCount {
+            expected: 2,
+            found: 1
+        })
+    ));
 }

@@ -1,5 +1,6 @@
 //! What an optimizer step takes as gradients: one array per parameter, of any ndarray type
-//! and dimension, in a tuple (up to 8), a slice or a `&Vec`.
+//! and dimension, in a tuple (up to 8), a slice or a `&Vec`; a lone parameter's gradient
+//! also on its own (`step(&g)`).
 
 use std::borrow::Cow;
 
@@ -17,7 +18,8 @@ pub trait Gradient<A: Clone>: private::Sealed {
 }
 
 /// The gradients of one step, one per parameter in the optimizer's order: a tuple of up to
-/// 8 [`Gradient`]s, or a slice or `&Vec` of arrays or views of one type.
+/// 8 [`Gradient`]s, or a slice or `&Vec` of arrays or views of one type; for an optimizer
+/// of one parameter, its gradient alone (`&Array2`, a view, a snapshot's `&ArrayRef`).
 pub trait Gradients<A: Clone>: private::Sealed {
     #[doc(hidden)]
     fn collect(&self) -> Collected<'_, A>;
@@ -43,6 +45,20 @@ impl<A: Element, E: Dimension> private::Sealed for &ArrayRef<A, E> {}
 impl<A: Element, E: Dimension> Gradient<A> for &ArrayRef<A, E> {
     fn parts(&self) -> (&[usize], Cow<'_, [A]>) {
         (self.shape(), standard_elements(self))
+    }
+}
+
+/// One parameter's gradient alone, as the 1-tuple `(g,)` (a user's review: `step(&g)` did
+/// not compile, and the 1-tuple was not where anyone looks).
+impl<A: Element, S: Data<Elem = A>, E: Dimension> Gradients<A> for &ArrayBase<S, E> {
+    fn collect(&self) -> Collected<'_, A> {
+        smallvec::smallvec![self.parts()]
+    }
+}
+
+impl<A: Element, E: Dimension> Gradients<A> for &ArrayRef<A, E> {
+    fn collect(&self) -> Collected<'_, A> {
+        smallvec::smallvec![self.parts()]
     }
 }
 

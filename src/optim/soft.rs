@@ -106,8 +106,18 @@ impl<A: Element + NdFloat> SoftUpdate<A> {
 }
 
 impl<A: Element + NdFloat> SoftUpdateBuilder<A> {
-    /// Adds a target and the online variable it follows.
+    /// Adds a target and the online variable it follows. [`build`](Self::build) refuses a
+    /// pair whose shapes differ now (a variable with a dynamic shape that changes later
+    /// fails that [`apply`](SoftUpdate::apply) instead).
     pub fn pair<D: Dimension>(mut self, target: &Variable<A, D>, online: &Variable<A, D>) -> Self {
+        let (expected, found) = (online.shape(), target.shape());
+        if expected != found {
+            self.misfit.get_or_insert(Error::ShapeMismatch {
+                variable: target.name().to_owned(),
+                expected,
+                found,
+            });
+        }
         self.targets.push(target.erased().clone());
         self.online.push(online.erased().clone());
         self.tensors.push(None);
