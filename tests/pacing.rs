@@ -37,3 +37,27 @@ fn a_failed_look_fails_its_test_instead_of_hanging() {
     assert_eq!(looks, 3);
     assert_eq!(calls, writers * ops, "every writer ran to its end");
 }
+
+/// A writer that panics counts as done: the looker stops when the others are, and the panic
+/// reaches the caller. (The looker waited forever for it: a test whose restore failed hung
+/// instead of failing, found by a review of the tests.) As above, a hang fails after a
+/// minute.
+#[test]
+fn a_failed_writer_fails_its_test_instead_of_hanging() {
+    let ops = 64;
+    let (sent, outcome) = mpsc::channel();
+    std::thread::spawn(move || {
+        let fine = |_| {};
+        let failing = |i| assert!(i < 10, "the writer fails on its eleventh call");
+        let failed = catch_unwind(AssertUnwindSafe(|| {
+            while_looking(&[&fine, &failing], ops, || {})
+        }));
+        sent.send(failed.is_err())
+            .expect("the test waits for the outcome");
+    });
+    let failed = outcome.recv_timeout(Duration::from_secs(60));
+    assert!(
+        failed.expect("while_looking hung after a failed writer"),
+        "the writer's panic reaches the caller"
+    );
+}

@@ -122,8 +122,8 @@ pub fn steps_while_looking(
 /// calls together, so the looks see the writes in progress (the window saves a hand-off per
 /// call when the threads outnumber the cores). A looking loop that nothing paced saw only
 /// the end: on 2 cores the writers were often done before it began, or ran while it waited
-/// for a core. A `look` that panics lets the writers finish, so that the test fails instead
-/// of hanging.
+/// for a core. A `look` that panics lets the writers finish, and a writer that panics
+/// counts as done, so that the test fails instead of hanging.
 #[allow(dead_code)] // not every test file races readers against writers
 pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: impl FnMut()) {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,11 +139,20 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
         AtomicUsize::new(0),
         AtomicUsize::new(0),
     );
+    /// Counts its writer as done, also when it panics (else the looker waited forever for
+    /// it, and the test hung instead of failing: a review of the tests).
+    struct Done<'a>(&'a AtomicUsize);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
     let window = (ops / 8).min(8);
     std::thread::scope(|s| {
         for op in writers {
             let (done, looks, calls) = (&done, &looks, &calls);
             s.spawn(move || {
+                let _done = Done(done);
                 for i in 0..ops {
                     // Saturating: a failed look sets `looks` to `usize::MAX`.
                     while looks.load(Ordering::SeqCst).saturating_add(window) < i {
@@ -152,7 +161,6 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
                     op(i);
                     calls.fetch_add(1, Ordering::SeqCst);
                 }
-                done.fetch_add(1, Ordering::SeqCst);
             });
         }
         let _release = Release(&looks);
