@@ -195,3 +195,17 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         std::thread::yield_now();
     }
 }
+
+/// A directory that is a file is an error that says so (it said "File exists").
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn checkpoints_in_a_file_say_it_is_a_file() {
+    let dir = scratch();
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Checkpoints::new(&file, 2).unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint { problem, .. } if problem.contains("not a directory")),
+        "{err}"
+    );
+}

@@ -60,9 +60,14 @@ impl Checkpoints {
     /// Checkpoints in `dir` (created if need be), keeping the newest `keep` (at least one).
     ///
     /// # Errors
-    /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be created.
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be created
+    /// (or `dir` is a file).
     pub fn new(dir: impl AsRef<Path>, keep: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
+        if dir.exists() && !dir.is_dir() {
+            // (create_dir_all said only "File exists")
+            return Err(checkpoint_error(&dir, "it is a file, not a directory"));
+        }
         std::fs::create_dir_all(&dir).map_err(|e| checkpoint_error(&dir, e.to_string()))?;
         let highest = files(&dir)?.last().and_then(|p| number(p));
         Ok(Self {
