@@ -689,10 +689,9 @@ fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
         adam.step((&grad(None), &fine)).unwrap();
         reference.step((&grad(None), &fine)).unwrap();
     }
-    assert_eq!(
-        (w.read().to_vec(), b.read().to_vec()),
-        (w_ref.read().to_vec(), b_ref.read().to_vec())
-    );
+    // Bit for bit (to a relative 1e-4 under miri, whose `powi` is nondeterministic).
+    common::same_floats(&w.read().to_vec(), &w_ref.read().to_vec());
+    common::same_floats(&b.read().to_vec(), &b_ref.read().to_vec());
     assert_eq!(adam.steps(), 2);
 
     // A packed set's tensor is named by its label.
