@@ -306,41 +306,25 @@ impl<A: Element + NdFloat> Optimizer<A> {
             });
         }
         for (part, (shape, _)) in self.parts.iter().zip(grads) {
-            let label = || {
-                part.label
-                    .as_deref()
-                    .unwrap_or(self.params[part.param].name())
-            };
-            check_shape(label(), &part.shape, shape)?;
+            check_shape(self.label(part), &part.shape, shape)?;
         }
         Ok(())
     }
 
+    /// How errors name a gradient's parameter: `<set>.<tensor>` in a packed set.
+    fn label<'p>(&'p self, part: &'p Part) -> &'p str {
+        part.label
+            .as_deref()
+            .unwrap_or(self.params[part.param].name())
+    }
+
     /// `Err(NonFinite)` naming the first gradient with a NaN or an infinity.
     fn check_finite(&self, grads: &Collected<'_, A>) -> Result<()> {
-        // `x * 0` is 0 for a finite `x` and NaN otherwise: sums without a branch an element,
-        // in 8 lanes so that the adds do not wait for one another (and vectorise).
-        let finite = |g: &[A]| {
-            let mut lanes = [A::zero(); 8];
-            let chunks = g.chunks_exact(8);
-            let tail = chunks
-                .remainder()
-                .iter()
-                .fold(A::zero(), |acc, &x| acc + x * A::zero());
-            for chunk in chunks {
-                for (lane, &x) in lanes.iter_mut().zip(chunk) {
-                    *lane += x * A::zero();
-                }
-            }
-            lanes.iter().fold(tail, |acc, &lane| acc + lane) == A::zero()
-        };
+        let finite = |g: &[A]| g.iter().all(|x| x.is_finite());
         match self.parts.iter().zip(grads).find(|(_, (_, g))| !finite(g)) {
             Some((part, _)) => Err(Error::NonFinite {
                 optimizer: self.section.name().to_owned(),
-                parameter: part
-                    .label
-                    .clone()
-                    .unwrap_or_else(|| self.params[part.param].name().to_owned()),
+                parameter: self.label(part).to_owned(),
             }),
             None => Ok(()),
         }
