@@ -95,16 +95,9 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// written then.
     pub fn update<E: Dimension>(
         &self,
-        mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
+        f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<u64> {
-        let id = self.inner.id;
-        self.erased().write_now(|cur, next| {
-            let value = running::updating(id, || dim::with_typed(&cur.data, &mut f));
-            let value = kernel::standard(value.into_dyn());
-            self.inner.check_new_shape(value.shape())?;
-            next.data = value;
-            Ok(())
-        })
+        self.erased().write_now(self.replace_with(f))
     }
 
     /// Like [`update`](Self::update), but returns a snapshot of the version it replaced.
@@ -129,16 +122,25 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// [`Error::ShapeMismatch`] as for [`update`](Self::update).
     pub fn fetch_update<E: Dimension>(
         &self,
-        mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
+        f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<Snapshot<A, D>> {
-        let id = self.inner.id;
-        self.erased().fetch_write(|cur, next| {
-            let value = running::updating(id, || dim::with_typed(&cur.data, &mut f));
+        self.erased().fetch_write(self.replace_with(f))
+    }
+
+    /// What `update` and `fetch_update` build: `f(current)`, run marked as this variable's
+    /// update closure (a write to the variable from inside it is refused), in standard
+    /// layout and of a shape the variable takes.
+    fn replace_with<'s, E: Dimension>(
+        &'s self,
+        mut f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E> + 's,
+    ) -> impl FnMut(&Version<A>, &mut Building<A>) -> Result<()> + 's {
+        move |cur, next| {
+            let value = running::updating(self.inner.id, || dim::with_typed(&cur.data, &mut f));
             let value = kernel::standard(value.into_dyn());
             self.inner.check_new_shape(value.shape())?;
             next.data = value;
             Ok(())
-        })
+        }
     }
 
     /// Replaces the value only if the current version number is `expected`. Returns the new
