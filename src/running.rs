@@ -155,9 +155,22 @@ pub(crate) fn updating<R>(variable: u64, f: impl FnOnce() -> R) -> R {
 }
 
 /// `Err(Reentrant)` if this thread is running an `update` closure of the variable with id
-/// `variable` (see the module docs); `name` is the variable's.
+/// `variable` (see the module docs); `name` is the variable's. Every write asks, so the
+/// common answer (no closure runs) is one load, inline, and the walk is out of line: with
+/// both in one function a scalar `fetch_add` took ~44 instructions more than without the
+/// check (8%, callgrind), now ~7.
+#[inline]
 pub(crate) fn check_not_updating(variable: u64, name: &str) -> Result<(), Error> {
-    let mut update = RUNNING.with(|state| state.updating.get());
+    let innermost = RUNNING.with(|state| state.updating.get());
+    if innermost.is_null() {
+        return Ok(());
+    }
+    refuse_own_update(innermost, variable, name)
+}
+
+#[cold]
+#[inline(never)]
+fn refuse_own_update(mut update: *const Update, variable: u64, name: &str) -> Result<(), Error> {
     while !update.is_null() {
         // SAFETY: every `Update` linked from this thread's state lives on a frame of this
         // thread that `updating` is still running (its `Leave` unlinks it first).
