@@ -260,6 +260,20 @@ pub enum Error {
         /// The parameter whose gradient it is (`<set>.<tensor>` in a packed set).
         parameter: String,
     },
+
+    /// A synchronous step of [`Replicas`](crate::optim::Replicas) could not complete: a
+    /// worker of [`Replicas::run`](crate::optim::Replicas::run) panicked or returned while
+    /// the others still stepped, or [`Replicas::stop`](crate::optim::Replicas::stop) was
+    /// called. Nothing of the step was applied, and every later step fails the same way
+    /// (until the next `run`).
+    #[error(
+        "replicas of optimizer `{optimizer}`: stopped before every worker reached this step (a \
+         worker panicked or returned early, or `stop` was called); nothing of it was applied"
+    )]
+    ReplicasStopped {
+        /// The optimizer (its section's name).
+        optimizer: String,
+    },
 }
 
 fn rank_words(rank: Option<usize>) -> String {

@@ -29,6 +29,7 @@ mod paged_store;
 mod promises;
 mod queue;
 mod rayon;
+mod replicas;
 mod rewrite;
 mod rows;
 mod schedule;

@@ -40,6 +40,7 @@
 //! ```
 
 mod builder;
+mod gate;
 mod grads;
 mod hogwild;
 mod packed;
@@ -141,6 +142,11 @@ impl<A: Element + NdFloat> Optimizer<A> {
             eps: f(1e-8),
             weight_decay,
         })
+    }
+
+    /// The optimizer's name: its section's ([`OptimizerBuilder::name`], or one made up).
+    pub fn name(&self) -> &str {
+        self.section.name()
     }
 
     /// The number of steps applied so far (0 if the state holds no valid count: one restored

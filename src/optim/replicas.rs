@@ -3,10 +3,11 @@
 //! the N gradients are summed and their mean applied once, and every worker goes on with the
 //! same parameters.
 
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 
 use ndarray::{ArrayD, IxDyn, NdFloat};
 
+use super::gate::Gate;
 use super::{Gradients, Optimizer};
 use crate::error::{Error, Result};
 use crate::read_all::read_all;
@@ -20,11 +21,15 @@ use crate::{Element, Variable};
 /// and every call returns once it is applied: a worker that reads the parameters after its
 /// call returns sees this step and no later one until every worker has called again.
 ///
+/// [`run`](Self::run) starts the workers (scoped threads, as `strategy.run` does): if one
+/// panics or returns while the others still step, their steps fail with
+/// [`Error::ReplicasStopped`] instead of waiting for it for ever, and `run` then resumes the
+/// panic. Workers started by hand call `step` the same way, but must every one of them call
+/// it every step: one that stops or panics leaves the others waiting, as in any all-reduce,
+/// unless something calls [`stop`](Self::stop).
+///
 /// [`step_async`](Self::step_async) is the asynchronous mode: each worker's gradient is
 /// applied on its own, as soon as it comes (no waiting for the others, no averaging).
-///
-/// Like any all-reduce, every worker must call `step` every step: a worker that stops (or
-/// panics inside its step) leaves the others waiting.
 ///
 /// ```
 /// use mvtensor::optim::{Optimizer, Replicas};
@@ -33,15 +38,11 @@ use crate::{Element, Variable};
 ///
 /// let w = Variable::new(Array1::<f64>::zeros(2));
 /// let replicas = Replicas::new(Optimizer::sgd(0.5).param(&w).build()?, 3);
-/// std::thread::scope(|s| {
-///     for worker in 0..3 {
-///         let replicas = &replicas;
-///         s.spawn(move || {
-///             let grad = Array1::from_elem(2, worker as f64); // 0, 1, 2: mean 1
-///             replicas.step((&grad,)).unwrap();
-///         });
-///     }
+/// let steps = replicas.run(|worker| {
+///     let grad = Array1::from_elem(2, worker as f64); // 0, 1, 2: mean 1
+///     replicas.step(&grad)
 /// });
+/// assert_eq!(steps, vec![Ok(1), Ok(1), Ok(1)]); // one step, taken by all three
 /// assert_eq!(w.read()[0], -0.5);
 /// # Ok::<(), mvtensor::Error>(())
 /// ```
@@ -51,7 +52,8 @@ pub struct Replicas<A: Element> {
     /// The step's gradient sums, one per parameter.
     sums: Vec<Variable<A>>,
     workers: usize,
-    barrier: Barrier,
+    /// Where a step's workers wait for one another: twice a step (see `step`).
+    gate: Gate,
     /// The first error of a worker's gradients in the step being gathered.
     error: Mutex<Option<Error>>,
     /// The outcome of the last step applied: its number, or that error.
@@ -70,7 +72,7 @@ impl<A: Element + NdFloat> Replicas<A> {
             optimizer,
             sums,
             workers,
-            barrier: Barrier::new(workers),
+            gate: Gate::new(workers),
             error: Mutex::new(None),
             outcome: Mutex::new(Ok(0)),
         }
@@ -88,20 +90,123 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// If any worker's gradients do not fit
     /// ([`Error::GradientCount`](crate::Error::GradientCount),
     /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch)), nothing of this step is
-    /// applied and every worker gets that error.
+    /// applied and every worker gets that error. [`Error::ReplicasStopped`] if the
+    /// replicas were stopped before every worker came (nothing of the step is applied then
+    /// either), or had been.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
         if let Err(e) = self.add(grads) {
             lock(&self.error).get_or_insert(e);
         }
-        if self.barrier.wait().is_leader() {
-            self.apply();
+        match self.gate.wait() {
+            Ok(true) => self.apply(),
+            Ok(false) => {}
+            Err(_) => return Err(self.stopped()),
         }
         // The step is applied (or failed) before anyone leaves. The outcome stays until the
-        // next step's `apply`, which needs every worker back at the first barrier, so after
-        // it has read this one: a second barrier to reset anything would let a fast worker's
-        // next error be wiped (it was: an audit saw failed steps applied and reported `Ok`).
-        self.barrier.wait();
+        // next step's `apply`, which needs every worker back at the first wait, so after it
+        // has read this one: a second wait to reset anything would let a fast worker's next
+        // error be wiped (it was: an audit saw failed steps applied and reported `Ok`). Every
+        // worker is past the first wait, so the second completes even if the gate breaks
+        // meanwhile: a step applied is never reported as stopped.
+        self.gate.wait_whole();
         lock(&self.outcome).clone()
+    }
+
+    /// Runs `work(i)` for every worker `i` in `0..workers`, each on a scoped thread of its
+    /// own, and returns what each returned, in worker order. `work` calls
+    /// [`step`](Self::step) (or anything else) as a worker started by hand would.
+    ///
+    /// A worker that panics, or returns while others still step, stops the replicas: the
+    /// others' steps return [`Error::ReplicasStopped`] (propagate it with `?` and they
+    /// return too). After every worker has returned, `run` resumes the first panic, if any.
+    /// It starts and ends clean: the stop, and the gradients of a step that never completed,
+    /// are forgotten, so that another `run` (or steps by hand) can follow.
+    ///
+    /// `run` owns every worker's seat: no other thread may call `step` while it runs (it
+    /// would take a worker's place in a step).
+    ///
+    /// ```
+    /// use mvtensor::optim::{Optimizer, Replicas};
+    /// use mvtensor::{Error, Variable};
+    /// use ndarray::Array1;
+    ///
+    /// let w = Variable::new(Array1::<f32>::zeros(3));
+    /// let replicas = Replicas::new(Optimizer::sgd(0.1).param(&w).build()?, 2);
+    /// // Worker 1 gives up after 5 steps (its data ran out); worker 0 wanted 10.
+    /// let done = replicas.run(|worker| -> Result<i64, Error> {
+    ///     let grad = Array1::<f32>::ones(3);
+    ///     let steps = if worker == 0 { 10 } else { 5 };
+    ///     let mut last = 0;
+    ///     for _ in 0..steps {
+    ///         last = replicas.step(&grad)?;
+    ///     }
+    ///     Ok(last)
+    /// });
+    /// assert_eq!(done[1], Ok(5));
+    /// assert!(matches!(done[0], Err(Error::ReplicasStopped { .. }))); // not a hang
+    /// assert_eq!(replicas.optimizer().steps(), 5);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn run<R: Send>(&self, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+        self.restart();
+        // Breaks the gate when its worker's `work` ends, returned or unwinding.
+        struct Leave<'g>(&'g Gate);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.break_open();
+            }
+        }
+        let ended = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..self.workers)
+                .map(|i| {
+                    let work = &work;
+                    s.spawn(move || {
+                        let _leave = Leave(&self.gate);
+                        work(i)
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join()).collect::<Vec<_>>()
+        });
+        self.restart();
+        let mut results = Vec::with_capacity(ended.len());
+        for end in ended {
+            match end {
+                Ok(result) => results.push(result),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        results
+    }
+
+    /// Stops the replicas: every worker waiting in [`step`](Self::step), and every later
+    /// step, returns [`Error::ReplicasStopped`]; a step that every worker has already
+    /// reached still completes. For workers started by hand (a watchdog, a worker's error
+    /// path): [`run`](Self::run) does it when a worker ends.
+    pub fn stop(&self) {
+        self.gate.break_open();
+    }
+
+    /// Whether the replicas are stopped ([`stop`](Self::stop), or a worker of
+    /// [`run`](Self::run) that ended).
+    pub fn is_stopped(&self) -> bool {
+        self.gate.is_broken()
+    }
+
+    fn stopped(&self) -> Error {
+        Error::ReplicasStopped {
+            optimizer: self.optimizer.name().to_owned(),
+        }
+    }
+
+    /// A whole gate, zero sums and no error: the start and the end of a [`run`](Self::run),
+    /// with no worker at the gate (`run` owns every seat).
+    fn restart(&self) {
+        self.gate.mend();
+        lock(&self.error).take();
+        for sum in &self.sums {
+            let _ = sum.assign(ArrayD::zeros(IxDyn(&sum.shape())));
+        }
     }
 
     /// The asynchronous mode: applies this worker's gradients at once, on their own.
@@ -124,7 +229,7 @@ impl<A: Element + NdFloat> Replicas<A> {
     }
 
     /// The last worker of a step: applies the mean of the sums, then clears them. No worker
-    /// adds to them until every one has passed the second barrier.
+    /// adds to them until every one has passed the second wait.
     fn apply(&self) {
         let sums = read_all(&self.sums[..]);
         let outcome = match lock(&self.error).take() {
