@@ -615,6 +615,62 @@ fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
     assert!(w.read()[0].is_nan());
 }
 
+/// Hogwild SGD refuses non-finite gradients when asked, before writing any parameter (a
+/// NaN in the second gradient leaves the first parameter as it was), naming the parameter
+/// or the packed set's tensor; without the guard the NaN is applied.
+#[test]
+fn hogwild_refuses_nonfinite_gradients_when_asked() {
+    use mvtensor::optim::Packed;
+    let build = || {
+        let w = Variable::builder(Array1::<f32>::ones(5)).name("w").build();
+        let b = Variable::builder(Array1::<f32>::ones(2)).name("b").build();
+        (w, b)
+    };
+    let (w, b) = build();
+    let guarded = HogwildSgd::new(0.5f32)
+        .error_if_nonfinite()
+        .param(&w)
+        .param(&b);
+    let (good, ones) = (Array1::<f32>::ones(5), Array1::<f32>::ones(2));
+    for x in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let refused = guarded
+            .step((&good, &Array1::from_vec(vec![1.0, x])))
+            .unwrap_err();
+        assert!(
+            matches!(&refused, Error::NonFinite { parameter, .. } if parameter == "b"),
+            "{refused}"
+        );
+        let mut bad_w = good.clone();
+        bad_w[4] = x;
+        let refused = guarded.step((&bad_w, &ones)).unwrap_err();
+        assert!(matches!(&refused, Error::NonFinite { parameter, .. } if parameter == "w"));
+    }
+    assert_eq!((w.version(), b.version()), (0, 0), "nothing applied");
+    guarded.step((&good, &ones)).unwrap();
+    assert_eq!((w.read()[0], b.read()[0]), (0.5, 0.5));
+
+    let set = Packed::builder()
+        .tensor("w", &Array1::<f32>::ones(5))
+        .tensor("b", &Array1::<f32>::ones(2))
+        .build()
+        .unwrap();
+    let packed = HogwildSgd::new(0.5f32).error_if_nonfinite().packed(&set);
+    let refused = packed
+        .step((&good, &Array1::from_elem(2, f32::NAN)))
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::NonFinite { parameter, .. } if parameter.ends_with(".b")),
+        "{refused}"
+    );
+
+    let (w, b) = build();
+    let unguarded = HogwildSgd::new(0.5f32).param(&w).param(&b);
+    unguarded
+        .step((&good, &Array1::from_vec(vec![1.0, f32::NAN])))
+        .unwrap();
+    assert!(b.read()[1].is_nan());
+}
+
 /// An optimizer of one parameter takes its gradient alone, as an array, a view or a
 /// snapshot's array, the same as the 1-tuple; a lone gradient for several parameters is a
 /// count error.

@@ -38,6 +38,8 @@ pub struct HogwildSgd<A: Element> {
     parts: Vec<(usize, Vec<usize>, Option<String>)>,
     /// A set added that holds an optimizer's state: every step is refused with this.
     misfit: Option<Error>,
+    /// Whether a step checks its gradients for NaN and infinities first.
+    error_if_nonfinite: bool,
 }
 
 impl<A: Element + NdFloat> HogwildSgd<A> {
@@ -49,7 +51,32 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
             params: Vec::new(),
             parts: Vec::new(),
             misfit: None,
+            error_if_nonfinite: false,
         }
+    }
+
+    /// Refuses a step whose gradients hold a NaN or an infinity, with
+    /// [`Error::NonFinite`], applying none of them: as
+    /// [`OptimizerBuilder::error_if_nonfinite`](super::OptimizerBuilder::error_if_nonfinite),
+    /// off by default (it is a pass over the gradients). Without it, a NaN gradient makes
+    /// its parameter NaN for good, and every thread's later steps with it.
+    ///
+    /// ```
+    /// use mvtensor::optim::HogwildSgd;
+    /// use mvtensor::{Error, Variable};
+    /// use ndarray::arr1;
+    ///
+    /// let (w, b) = (Variable::new(arr1(&[1.0f32, 1.0])), Variable::new(arr1(&[0.0f32])));
+    /// let sgd = HogwildSgd::new(0.5).error_if_nonfinite().param(&w).param(&b);
+    /// let bad = sgd.step((&arr1(&[1.0, 1.0]), &arr1(&[f32::NAN])));
+    /// assert!(matches!(bad, Err(Error::NonFinite { .. })));
+    /// assert_eq!(w.read().to_vec(), vec![1.0, 1.0]); // nothing applied, `w` included
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[must_use]
+    pub fn error_if_nonfinite(mut self) -> Self {
+        self.error_if_nonfinite = true;
+        self
     }
 
     /// Adds a parameter; gradients come in the order parameters were added.
@@ -106,7 +133,8 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     /// finite, or a parameter was added twice; [`Error::GradientCount`];
     /// [`Error::ShapeMismatch`] naming the parameter (or the
     /// tensor of a packed set) whose gradient does not fit, or a set that holds an
-    /// optimizer's state (its variable is longer than its tensors). Every gradient is checked
+    /// optimizer's state (its variable is longer than its tensors); [`Error::NonFinite`] if
+    /// asked ([`error_if_nonfinite`](Self::error_if_nonfinite)). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape
     /// changed since it was added fails its write alone (the ones before it are updated:
     /// Hogwild steps are not atomic).
@@ -157,9 +185,25 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
                 found: grads.len(),
             });
         }
+        let name = |param: usize, label: &Option<String>| {
+            label
+                .as_deref()
+                .unwrap_or(self.params[param].name())
+                .to_owned()
+        };
         for ((param, shape, label), (found, _)) in self.parts.iter().zip(&grads) {
-            let name = || label.as_deref().unwrap_or(self.params[*param].name());
-            check_shape(name(), shape, found)?;
+            check_shape(&name(*param, label), shape, found)?;
+        }
+        if self.error_if_nonfinite {
+            let finite = |g: &[A]| g.iter().all(|x| x.is_finite());
+            if let Some(((param, _, label), _)) =
+                self.parts.iter().zip(&grads).find(|(_, (_, g))| !finite(g))
+            {
+                return Err(Error::NonFinite {
+                    optimizer: "Hogwild SGD".to_owned(),
+                    parameter: name(*param, label),
+                });
+            }
         }
         let mut grads = self.parts.iter().zip(&grads).peekable();
         let mut flat = Vec::new();
