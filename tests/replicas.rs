@@ -237,3 +237,45 @@ fn stop_lets_waiting_workers_go_and_never_reports_an_applied_step_as_stopped() {
         assert!(matches!(replicas.step(&Array1::ones(1)), Err(e) if is_stopped(&e)));
     }
 }
+
+/// A panic inside the step that the last worker applies for everyone (a learning-rate
+/// schedule's closure here) fails that step for the others, who waited for it, instead of
+/// leaving them waiting; nothing of it is applied, and `run` resumes the panic.
+#[test]
+fn a_panic_while_applying_a_step_lets_the_other_workers_go() {
+    let workers = 3;
+    let w = Variable::new(Array1::<f64>::zeros(1));
+    let sgd = Optimizer::sgd(1.0)
+        .name("sgd")
+        .schedule(|step| {
+            if step == 3 {
+                panic!("schedule fails")
+            } else {
+                1.0
+            }
+        })
+        .param(&w)
+        .build()
+        .unwrap();
+    let replicas = Replicas::new(sgd, workers);
+    let errors = Mutex::new(Vec::new());
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        replicas.run(|_| {
+            for step in 1..=5 {
+                match replicas.step(&Array1::from_elem(1, 1.0)) {
+                    Ok(t) => assert_eq!(t, step),
+                    Err(e) => return errors.lock().unwrap().push((step, e)),
+                }
+            }
+        })
+    }));
+    let panic = run.expect_err("run resumes the panic");
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"schedule fails"));
+    let errors = errors.into_inner().unwrap();
+    assert_eq!(errors.len(), workers - 1, "{errors:?}");
+    assert!(
+        errors.iter().all(|(step, e)| *step == 3 && is_stopped(e)),
+        "{errors:?}"
+    );
+    assert_eq!((replicas.optimizer().steps(), w.read()[0]), (2, -2.0));
+}

@@ -92,7 +92,9 @@ impl Gate {
 
     /// A whole gate again, with nobody waiting. For a caller that knows no thread is at the
     /// gate (the start of a [`Replicas::run`](super::Replicas::run), which owns every party).
+    /// The round number goes on: it never repeats.
     pub(super) fn mend(&self) {
-        *lock(&self.state) = State::default();
+        let mut state = lock(&self.state);
+        (state.arrived, state.broken) = (0, false);
     }
 }

@@ -3,6 +3,7 @@
 //! the N gradients are summed and their mean applied once, and every worker goes on with the
 //! same parameters.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use ndarray::{ArrayD, IxDyn, NdFloat};
@@ -98,7 +99,16 @@ impl<A: Element + NdFloat> Replicas<A> {
             lock(&self.error).get_or_insert(e);
         }
         match self.gate.wait() {
-            Ok(true) => self.apply(),
+            Ok(true) => {
+                // The others wait for this worker at the second wait: a panic here (a
+                // schedule's closure, inside the step) must still let them go, stopped.
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.apply())) {
+                    *lock(&self.outcome) = Err(self.stopped());
+                    self.gate.break_open();
+                    self.gate.wait_whole();
+                    resume_unwind(panic);
+                }
+            }
             Ok(false) => {}
             Err(_) => return Err(self.stopped()),
         }
@@ -173,7 +183,7 @@ impl<A: Element + NdFloat> Replicas<A> {
         for end in ended {
             match end {
                 Ok(result) => results.push(result),
-                Err(panic) => std::panic::resume_unwind(panic),
+                Err(panic) => resume_unwind(panic),
             }
         }
         results
