@@ -34,5 +34,6 @@ mod rewrite;
 mod rows;
 mod schedule;
 mod sections;
+mod sparse_adam;
 mod store;
 mod variable;

@@ -48,6 +48,7 @@ mod replicas;
 mod rule;
 mod schedule;
 mod soft;
+mod sparse;
 mod step_count;
 
 use ndarray::{Dimension, Ix1, NdFloat};
@@ -59,6 +60,7 @@ pub use packed::{Layout, Packed, PackedBuilder, PackedSnapshot};
 pub use replicas::Replicas;
 pub use rule::Rule;
 pub use soft::{SoftUpdate, SoftUpdateBuilder};
+pub use sparse::{SparseAdam, SparseAdamBuilder};
 
 use crate::error::{check_setting, check_shape, Error, Result};
 use crate::{CriticalSection, Element, Store, Variable};
