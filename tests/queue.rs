@@ -217,3 +217,116 @@ fn a_timeout_of_duration_max_waits_instead_of_panicking() {
     let got = q.dequeue_timeout(std::time::Duration::MAX).unwrap();
     assert_eq!(got[[]], 3);
 }
+
+/// `dequeue_up_to` (TensorFlow's): all `n` while the queue is open, what is left once it is
+/// closed (after the enqueues a close without cancelling lets finish), an error once closed
+/// and empty; `n` above the capacity is refused at once.
+#[test]
+fn dequeue_up_to_returns_the_last_smaller_batch_of_a_closed_queue() {
+    let q = TensorQueue::<i32>::new("q", 2, &[]);
+    assert_eq!(
+        problem(q.dequeue_up_to(3).unwrap_err()),
+        QueueProblem::TooMany
+    );
+    q.enqueue(ndarray::arr0(0)).unwrap();
+    q.enqueue(ndarray::arr0(1)).unwrap(); // full
+    std::thread::scope(|s| {
+        let late = s.spawn(|| q.enqueue(ndarray::arr0(2)));
+        while q.pending_enqueues() == 0 {
+            std::thread::yield_now();
+        }
+        q.close(false);
+        assert_eq!(
+            q.dequeue_up_to(2).unwrap().into_raw_vec_and_offset().0,
+            [0, 1]
+        );
+        // The late element is what is left: a batch of one, once its enqueue is done.
+        let rest = q.dequeue_up_to(2).unwrap();
+        assert_eq!((rest.shape(), rest[[0]]), (&[1][..], 2));
+        assert!(late.join().unwrap().is_ok());
+    });
+    assert_eq!(
+        problem(q.dequeue_up_to(2).unwrap_err()),
+        QueueProblem::Closed
+    );
+    // `dequeue_many` leaves a smaller rest in place for `dequeue_up_to`.
+    let q = TensorQueue::<i32>::new("q", 4, &[]);
+    q.enqueue(ndarray::arr0(5)).unwrap();
+    q.close(false);
+    assert_eq!(
+        problem(q.dequeue_many(2).unwrap_err()),
+        QueueProblem::Closed
+    );
+    assert_eq!(q.dequeue_up_to(2).unwrap().into_raw_vec_and_offset().0, [5]);
+}
+
+/// A timed `dequeue_many` or `dequeue_up_to` on a queue with too few elements times out and
+/// takes nothing.
+#[test]
+#[cfg_attr(miri, ignore = "waits on wall-clock timeouts")]
+fn timed_batch_dequeues_expire_and_take_nothing() {
+    let q = TensorQueue::<f32>::new("q", 4, &[2]);
+    q.enqueue(arr1(&[1.0, 2.0])).unwrap();
+    let wait = Duration::from_millis(20);
+    assert_eq!(
+        problem(q.dequeue_many_timeout(2, wait).unwrap_err()),
+        QueueProblem::TimedOut
+    );
+    assert_eq!(
+        problem(q.dequeue_up_to_timeout(3, wait).unwrap_err()),
+        QueueProblem::TimedOut
+    );
+    assert_eq!(q.len(), 1, "nothing taken");
+    q.enqueue(arr1(&[3.0, 4.0])).unwrap();
+    let batch = q.dequeue_many_timeout(2, wait).unwrap();
+    assert_eq!(batch, ndarray::arr2(&[[1.0, 2.0], [3.0, 4.0]]).into_dyn());
+}
+
+/// A batch stacks each element in its logical order, whatever the layout it was enqueued
+/// in (a column-major element, here).
+#[test]
+fn a_batch_stacks_elements_of_any_layout_in_order() {
+    use ndarray::ShapeBuilder;
+    let q = TensorQueue::<i32>::new("q", 2, &[2, 3]);
+    let column_major = Array2::from_shape_vec((2, 3).f(), (0..6).collect()).unwrap();
+    q.enqueue(column_major.clone()).unwrap();
+    q.enqueue(Array2::from_elem((2, 3), 9)).unwrap();
+    let batch = q.dequeue_many(2).unwrap();
+    assert_eq!(
+        batch.index_axis(ndarray::Axis(0), 0),
+        column_major.into_dyn()
+    );
+    assert!(batch
+        .index_axis(ndarray::Axis(0), 1)
+        .iter()
+        .all(|&x| x == 9));
+}
+
+/// A producer that panics while holding `close_on_panic` closes the queue, cancelling
+/// blocked enqueues: its consumer drains what is there and stops, where it would wait for
+/// ever. Dropped without a panic, the guard leaves the queue open.
+#[test]
+fn a_panicking_producer_closes_the_queue_with_its_guard() {
+    let q = TensorQueue::<i32>::new("q", 2, &[]);
+    drop(q.close_on_panic());
+    assert!(!q.is_closed(), "no panic, no close");
+    let (drained, producer) = std::thread::scope(|s| {
+        let producer = s.spawn(|| {
+            let _closes = q.close_on_panic();
+            for i in 0..3 {
+                q.enqueue(ndarray::arr0(i)).unwrap();
+            }
+            panic!("the data loader failed");
+        });
+        let drained: Vec<i32> = std::iter::from_fn(|| q.dequeue().ok())
+            .map(|a| a[[]])
+            .collect();
+        (drained, producer.join())
+    });
+    assert!(producer.is_err());
+    assert_eq!(drained, [0, 1, 2]);
+    assert_eq!(
+        problem(q.enqueue(ndarray::arr0(9)).unwrap_err()),
+        QueueProblem::Closed
+    );
+}

@@ -176,3 +176,36 @@ fn sections_scatter_in_place_and_roll_back_on_error() {
         "the failed execution left no trace"
     );
 }
+
+/// A scatter of no rows writes nothing, dense or paged: no version (it copied the whole
+/// dense tensor and made one), the current version returned; it is still checked (rows of
+/// the wrong width, a 0-d variable).
+#[test]
+fn a_scatter_of_no_rows_writes_no_version() {
+    let dense = Variable::new(Array2::<f32>::ones((50, 4)));
+    let paged = mvtensor::PagedVariable::new(Array2::<f32>::ones((50, 4))).unwrap();
+    dense.scatter_add(&[1], &Array2::ones((1, 4))).unwrap();
+    paged.scatter_add(&[1], &Array2::ones((1, 4))).unwrap();
+    let none = Array2::<f32>::zeros((0, 4));
+    assert_eq!(dense.scatter_add(&[], &none).unwrap(), 1);
+    assert_eq!(dense.scatter_scaled_add(2.0, &[], &none).unwrap(), 1);
+    assert_eq!(dense.scatter_update(&[], &none).unwrap(), 1);
+    assert_eq!(paged.scatter_add(&[], &none).unwrap(), 1);
+    assert_eq!(paged.scatter_update(&[], &none).unwrap(), 1);
+    assert_eq!((dense.version(), paged.version()), (1, 1));
+    let wide = Array2::<f32>::zeros((0, 5));
+    assert!(matches!(
+        dense.scatter_add(&[], &wide),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        paged.scatter_add(&[], &wide),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let scalar = Variable::new(ndarray::arr0(1.0f32));
+    let rows = ndarray::Array1::<f32>::zeros(0);
+    assert!(matches!(
+        scalar.scatter_add(&[], &rows),
+        Err(Error::RankMismatch { .. })
+    ));
+}

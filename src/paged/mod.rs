@@ -193,7 +193,7 @@ impl<A: Element> PagedVariable<A> {
 
     /// Adds `rows[i]` to row `indices[i]` for every `i` (a repeated index receives each of
     /// its rows), copying only the pages touched. Returns the number of the version that
-    /// includes it.
+    /// includes it; with no rows, nothing is written and that is the current version.
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) naming the first index past
@@ -283,6 +283,9 @@ impl<A: Element> PagedVariable<A> {
     ) -> Result<u64> {
         let layout = &self.inner.layout;
         check_rows(&layout.name, &layout.shape, indices, rows.shape())?;
+        if indices.is_empty() && !running::inside() {
+            return Ok(self.version()); // no row, no version (as `Variable`'s scatters)
+        }
         let data = standard_elements(rows);
         self.submit(Delta {
             shape: rows.shape(),

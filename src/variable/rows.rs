@@ -10,13 +10,14 @@ use ndarray::{Array, ArrayRef, Axis, Dimension, RemoveAxis};
 
 use crate::error::{check_has_rows, check_indices, Result};
 use crate::kernel::{standard_elements, Delta, Op};
+use crate::running;
 use crate::{Element, Variable};
 
 impl<A: Element, D: Dimension> Variable<A, D> {
     /// Adds `rows[i]` to row `indices[i]`, for every `i` (TensorFlow's `scatter_add`): a
     /// repeated index receives each of its rows. `rows` has shape `[indices.len(), ..]`, the
     /// rest being the variable's other axes. Returns the number of the version that includes
-    /// it.
+    /// it; with no rows, nothing is written and that is the current version.
     ///
     /// ```
     /// use mvtensor::Variable;
@@ -76,12 +77,22 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         op: Op<A>,
     ) -> Result<u64> {
         let data = standard_elements(rows);
-        self.erased().apply_delta(Delta {
+        let delta = Delta {
             shape: rows.shape(),
             data: &data,
             op,
             rows: Some(indices),
-        })
+        };
+        if indices.is_empty() && !running::inside() {
+            // No row: checked as any write, and no version. (An empty batch, at the end of
+            // an epoch or after filtering, copied the whole tensor and made a version that
+            // a background checkpointer then saved as a change: a user's review.) Inside an
+            // execution or an update closure it goes the usual way, which may refuse it.
+            let now = self.read();
+            delta.check(self.name(), now.shape())?;
+            return Ok(now.version());
+        }
+        self.erased().apply_delta(delta)
     }
 }
 
