@@ -209,3 +209,37 @@ fn checkpoints_in_a_file_say_it_is_a_file() {
         "{err}"
     );
 }
+
+/// `stop_and_save` saves what was written since the last file before stopping (the last
+/// steps of a run, which the next interval would have saved), and nothing when nothing was
+/// written; `stop` saves nothing more.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn stop_and_save_saves_the_last_writes_once() {
+    let dir = scratch();
+    let store = Arc::new(Store::new());
+    let w = store.variable("w", Array1::<f32>::zeros(2)).unwrap();
+    let checkpoints = Checkpoints::new(dir.path(), 5).unwrap();
+    let hour = Duration::from_secs(3600);
+    let background = checkpoints.clone().every(Arc::clone(&store), hour).unwrap();
+    w.assign_add(&Array1::ones(2)).unwrap();
+    let done = background.stop_and_save();
+    assert_eq!((done.saved, done.failed), (1, 0));
+    let last = Store::load(done.last_saved.unwrap()).unwrap();
+    assert_eq!(last.get::<f32, Ix1>("w").unwrap().read()[0], 1.0);
+
+    let background = checkpoints.clone().every(Arc::clone(&store), hour).unwrap();
+    assert_eq!(background.stop().saved, 0, "stop saves nothing more");
+
+    let background = checkpoints
+        .clone()
+        .every(Arc::clone(&store), Duration::from_millis(1))
+        .unwrap();
+    wait_for("the first save", || background.progress().saved >= 1);
+    let done = background.stop_and_save();
+    assert_eq!(
+        done.saved, 1,
+        "nothing written since: nothing saved at the stop"
+    );
+    assert_eq!(checkpoints.list().unwrap().len(), 2);
+}

@@ -150,7 +150,8 @@ impl Checkpoints {
             !interval.is_zero(),
             "a positive duration",
         )?;
-        let (stop, stopped) = mpsc::channel::<()>();
+        // A message stops the thread: `true` after one last save (`stop_and_save`).
+        let (stop, stopped) = mpsc::channel::<bool>();
         let progress = Arc::new(Mutex::new(Progress::default()));
         let shared = Arc::clone(&progress);
         let thread = thread::Builder::new()
@@ -158,8 +159,7 @@ impl Checkpoints {
             .spawn(move || {
                 // Each variable's name and version in the last file saved.
                 let mut last: Option<Vec<(String, u64)>> = None;
-                // Waits for the interval or for `stop` (a message, or the sender dropped).
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                let mut save = || {
                     let mut cut = None;
                     let saved = self.save_unless(&store, |snapshot| {
                         let now = snapshot.iter().map(|v| (v.name().to_owned(), v.version()));
@@ -172,6 +172,14 @@ impl Checkpoints {
                         last = cut;
                     }
                     lock(&shared).count(saved);
+                };
+                // Waits for the interval or for a stop (a message, or the sender dropped).
+                loop {
+                    match stopped.recv_timeout(interval) {
+                        Err(RecvTimeoutError::Timeout) => save(),
+                        Ok(true) => break save(),
+                        Ok(false) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
                 }
             })
             .expect("spawning the checkpoint thread");
@@ -205,10 +213,11 @@ fn number(path: &Path) -> Option<u64> {
 }
 
 /// The background checkpointer of [`Checkpoints::every`]. Dropping it stops it (and waits
-/// for a save in progress); [`stop`](Self::stop) also reports how it went.
+/// for a save in progress); [`stop`](Self::stop) also reports how it went, and
+/// [`stop_and_save`](Self::stop_and_save) saves the last writes first.
 #[derive(Debug)]
 pub struct Periodic {
-    stop: Option<mpsc::Sender<()>>,
+    stop: Option<mpsc::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
     progress: Arc<Mutex<Progress>>,
 }
@@ -250,12 +259,43 @@ impl Periodic {
     /// trainer that must not lose its checkpoints silently checks `failed`.
     #[must_use = "the progress says whether any save failed"]
     pub fn stop(mut self) -> Progress {
-        self.finish();
+        self.finish(false);
         self.progress()
     }
 
-    fn finish(&mut self) {
-        drop(self.stop.take());
+    /// As [`stop`](Self::stop), after one last save of what was written since the last
+    /// file (nothing if nothing was): the end of training, whose last steps an interval
+    /// would otherwise miss. Its outcome is in the progress returned.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use mvtensor::checkpoint::Checkpoints;
+    /// use mvtensor::{Store, Variable};
+    /// use ndarray::Array1;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Arc::new(Store::new());
+    /// let w = store.variable("w", Array1::<f32>::zeros(3))?;
+    /// let background = Checkpoints::new(dir.path(), 2)?.every(Arc::clone(&store), Duration::from_secs(3600))?;
+    /// w.assign_add(&Array1::ones(3))?; // the last step, long before the next interval
+    /// let done = background.stop_and_save();
+    /// let last = Store::load(done.last_saved.expect("saved at the stop"))?;
+    /// assert_eq!(last.get::<f32, ndarray::Ix1>("w")?.read()[0], 1.0);
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    #[must_use = "the progress says whether the last save failed"]
+    pub fn stop_and_save(mut self) -> Progress {
+        self.finish(true);
+        self.progress()
+    }
+
+    /// Stops the thread, after one last save if `save`, and waits for it.
+    fn finish(&mut self, save: bool) {
+        if let Some(stop) = self.stop.take() {
+            // A thread that is gone (it panicked) has nothing to stop: `join` says why.
+            let _ = stop.send(save);
+        }
         if let Some(thread) = self.thread.take() {
             if let Err(panic) = thread.join() {
                 std::panic::resume_unwind(panic);
@@ -267,7 +307,7 @@ impl Periodic {
 impl Drop for Periodic {
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            self.finish(); // `stop` is how to see the outcome
+            self.finish(false); // `stop` is how to see the outcome
         }
     }
 }

@@ -193,7 +193,8 @@ impl<A: Element + NdFloat> Optimizer<A> {
     ///
     /// # Errors
     /// [`Error::NameTaken`] if the name is in use (by another variable, for a state kept in
-    /// a packed set).
+    /// a packed set; or by another optimizer's state: unnamed, every optimizer's is
+    /// `optimizer.state`, so give each its own [`name`](OptimizerBuilder::name)).
     pub fn register_state(&self, store: &Store) -> Result<()> {
         match store.register(&self.state) {
             // The state lives in a packed set whose variable is registered already.
