@@ -135,8 +135,22 @@ impl Store {
             }
             let name = t.name;
             staged.push(
-                dispatch!(t.values, values => stage(self, &name, values))
-                    .map_err(|e| error(&file, e.to_string()))?,
+                dispatch!(t.values, values => stage(self, &name, values)).map_err(|e| {
+                    let problem = match e {
+                        // Said as the file's tensor against the variable: "f32 was asked
+                        // for" named nothing the user asked (a user's review).
+                        Error::DTypeMismatch {
+                            variable,
+                            expected,
+                            found,
+                        } => format!(
+                            "tensor `{variable}` holds {expected}, the variable of that name \
+                             holds {found}"
+                        ),
+                        other => other.to_string(),
+                    };
+                    error(&file, problem)
+                })?,
             );
         }
         let count = staged.len();

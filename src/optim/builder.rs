@@ -178,9 +178,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// another section that holds it exclusively (the optimizer's own section shares its
     /// variables, so that [`Store::restore`](crate::Store::restore) can set them between
     /// steps: a trainer resumes from its checkpoint);
-    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) naming a set added with
-    /// [`packed`](Self::packed) that holds another optimizer's state (its variable is longer
-    /// than its tensors).
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming a set added with
+    /// [`packed`](Self::packed) that holds the state of the optimizer that built it.
     pub fn build(mut self) -> Result<Optimizer<A>> {
         let name = self.checked_name()?;
         let (shapes, len) = self.state_shape();

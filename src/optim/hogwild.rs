@@ -130,10 +130,9 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] if the rate given to [`new`](Self::new) is negative or not
-    /// finite, or a parameter was added twice; [`Error::GradientCount`];
-    /// [`Error::ShapeMismatch`] naming the parameter (or the
-    /// tensor of a packed set) whose gradient does not fit, or a set that holds an
-    /// optimizer's state (its variable is longer than its tensors); [`Error::NonFinite`] if
+    /// finite, a parameter was added twice, or a packed set holds the state of the optimizer
+    /// that built it; [`Error::GradientCount`]; [`Error::ShapeMismatch`] naming the
+    /// parameter (or the tensor of a packed set) whose gradient does not fit; [`Error::NonFinite`] if
     /// asked ([`error_if_nonfinite`](Self::error_if_nonfinite)). Every gradient is checked
     /// before any is applied, so nothing is applied then; a parameter whose own shape
     /// changed since it was added fails its write alone (the ones before it are updated:

@@ -168,10 +168,17 @@ impl Layout {
         if self.stored == self.elements {
             return Ok(());
         }
-        Err(Error::ShapeMismatch {
-            variable: self.name.clone(),
-            expected: vec![self.elements],
-            found: vec![self.stored],
+        // Said as what it is: a shape mismatch of [elements] against [stored] named a shape
+        // the user never saw (a user's review).
+        Err(Error::InvalidSetting {
+            owner: format!("packed set `{}`", self.name),
+            setting: "optimizer",
+            value: format!(
+                "another one (the set's variable holds its {} elements and, after them, \
+                 the state of the optimizer that built it: {} in all)",
+                self.elements, self.stored
+            ),
+            expected: "only the optimizer that built it (`build_packed`)",
         })
     }
 
