@@ -142,7 +142,7 @@ impl Checkpoints {
     /// # Errors
     /// [`Error::InvalidSetting`] for a zero `interval` (a save after a save, as fast as the
     /// disk allows).
-    pub fn every(self, store: Arc<Store>, interval: Duration) -> Result<Periodic> {
+    pub fn every(&self, store: Arc<Store>, interval: Duration) -> Result<Periodic> {
         check_setting(
             || format!("checkpoints in {}", self.dir.display()),
             "interval",
@@ -152,6 +152,9 @@ impl Checkpoints {
         )?;
         // A message stops the thread: `true` after one last save (`stop_and_save`).
         let (stop, stopped) = mpsc::channel::<bool>();
+        // A handle of its own (the numbering is shared): this one stays for `list` and
+        // `save` (it was taken by value, and a user had to clone it first).
+        let checkpoints = self.clone();
         let progress = Arc::new(Mutex::new(Progress::default()));
         let shared = Arc::clone(&progress);
         let thread = thread::Builder::new()
@@ -161,7 +164,7 @@ impl Checkpoints {
                 let mut last: Option<Vec<(String, u64)>> = None;
                 let mut save = || {
                     let mut cut = None;
-                    let saved = self.save_unless(&store, |snapshot| {
+                    let saved = checkpoints.save_unless(&store, |snapshot| {
                         let now = snapshot.iter().map(|v| (v.name().to_owned(), v.version()));
                         let now: Vec<_> = now.collect();
                         let same = last.as_ref() == Some(&now);
