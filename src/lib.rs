@@ -88,7 +88,8 @@
 //!   [`Variable::gather`] update and read rows.
 //! * **Paged variables for large tables.** A [`PagedVariable`] (embeddings, sparse models)
 //!   keeps each version as a two-level table of pages: a row update copies the pages it
-//!   touches, not the tensor, and readers still get immutable, wait-free snapshots.
+//!   touches, not the tensor, and readers still get immutable, wait-free snapshots;
+//!   [`optim::SparseAdam`] is lazy Adam over its rows.
 //! * **Checkpoints while training.** [`Store::save`] writes a consistent snapshot as one
 //!   safetensors file, crash-safe, without blocking a writer; [`Store::restore`] sets every
 //!   variable of a file in one commit ([`checkpoint`]).

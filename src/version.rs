@@ -188,67 +188,75 @@ impl<A: Element> Version<A> {
     /// # Safety
     /// As for `release`; and `held`, if given, was read after the version (and every version
     /// whose count it may release in turn, its `prev`) became unreachable.
-    pub(crate) unsafe fn release_with(ptr: *const Version<A>, held: Option<&Held>) {
-        // SAFETY: the caller's count keeps the version alive until the decrement.
-        let version = unsafe { &*ptr };
-        // Acquire (here and on failure below): if ours turns out to be the last count, every
-        // other holder's Release decrement, and the holds made before it, happen-before our
-        // look at the holds.
-        let mut refs = version.refs.load(Ordering::Acquire);
+    pub(crate) unsafe fn release_with(mut ptr: *const Version<A>, held: Option<&Held>) {
+        // A loop down the `prev` links, not a recursion: while a store snapshot is in
+        // progress a steady writer links every version it makes, and releasing such a chain
+        // one call deep per version overflowed a thread's stack (the CI of 2026-11-27, at a
+        // loaded moment, in `tests/snapshots.rs`).
         loop {
-            if refs > 1 {
-                // Release: our use of the version happens-before whoever reuses it.
-                match version.refs.compare_exchange_weak(
-                    refs,
-                    refs - 1,
-                    Ordering::Release,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return,
+            // SAFETY: the caller's count (or, down the chain, the link's) keeps the version
+            // alive until the decrement.
+            let version = unsafe { &*ptr };
+            // Acquire (here and on failure below): if ours turns out to be the last count,
+            // every other holder's Release decrement, and the holds made before it,
+            // happen-before our look at the holds.
+            let mut refs = version.refs.load(Ordering::Acquire);
+            loop {
+                if refs > 1 {
+                    // Release: our use of the version happens-before whoever reuses it.
+                    match version.refs.compare_exchange_weak(
+                        refs,
+                        refs - 1,
+                        Ordering::Release,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return,
+                        Err(now) => refs = now,
+                    }
+                    continue;
+                }
+                debug_assert_eq!(refs, 1, "a released version has our count");
+                // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`).
+                // Look for holds *before* letting it reach zero: a version found unheld
+                // cannot be held again (holds are made only on reachable versions), so a
+                // count never comes back from zero.
+                let is_held = match held {
+                    Some(held) => held.contains(ptr.cast()),
+                    None => Held::now().contains(ptr.cast()),
+                };
+                if is_held {
+                    // SAFETY: our count goes to the held list with the version.
+                    unsafe { holds::keep_held(ptr.cast_mut().cast::<Link>()) };
+                    return;
+                }
+                // Acquire: as above, on the value the last decrement left. Acquire on
+                // failure: a holder added a count; go round again.
+                match version
+                    .refs
+                    .compare_exchange(1, 0, Ordering::Acquire, Ordering::Acquire)
+                {
+                    Ok(_) => break,
                     Err(now) => refs = now,
                 }
-                continue;
             }
-            debug_assert_eq!(refs, 1, "a released version has our count");
-            // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`). Look
-            // for holds *before* letting it reach zero: a version found unheld cannot be held
-            // again (holds are made only on reachable versions), so a count never comes back
-            // from zero.
-            let is_held = match held {
-                Some(held) => held.contains(ptr.cast()),
-                None => Held::now().contains(ptr.cast()),
-            };
-            if is_held {
-                // SAFETY: our count goes to the held list with the version.
-                unsafe { holds::keep_held(ptr.cast_mut().cast::<Link>()) };
+            // Nobody can reach the version any more (a count is taken only from a holder of
+            // one, a hold, or under a pin that a retired link's grace period outlives), and
+            // nobody holds it. Its own `prev` count goes too: anyone pinned who reached that
+            // version through us has unpinned, and anyone who holds it made the hold before
+            // our grace period ended (so `held` shows it).
+            // Relaxed (both): exclusive access now. A load, and a store only when there is a
+            // link: no read-modify-write on the path every retired version takes.
+            let prev = version.prev.load(Ordering::Relaxed);
+            if !prev.is_null() {
+                version.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+            }
+            // SAFETY: the last count was ours: the version is exclusively ours to hand back.
+            unsafe { Home::give_back(ptr.cast_mut()) };
+            if prev.is_null() {
                 return;
             }
-            // Acquire: as above, on the value the last decrement left. Acquire on failure: a
-            // holder added a count; go round again.
-            match version
-                .refs
-                .compare_exchange(1, 0, Ordering::Acquire, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(now) => refs = now,
-            }
-        }
-        // Nobody can reach the version any more (a count is taken only from a holder of one,
-        // a hold, or under a pin that a retired link's grace period outlives), and nobody
-        // holds it. Its own `prev` count goes too: anyone pinned who reached that version
-        // through us has unpinned, and anyone who holds it made the hold before our grace
-        // period ended (so `held` shows it).
-        // Relaxed (both): exclusive access now. A load, and a store only when there is a
-        // link: no read-modify-write on the path every retired version takes.
-        let prev = version.prev.load(Ordering::Relaxed);
-        if !prev.is_null() {
-            version.prev.store(std::ptr::null_mut(), Ordering::Relaxed);
-        }
-        // SAFETY: the last count was ours: the version is exclusively ours to hand back.
-        unsafe { Home::give_back(ptr.cast_mut()) };
-        if !prev.is_null() {
-            // SAFETY: `prev` held one count, now ours; `held` covers it (the contract).
-            unsafe { Version::release_with(prev, held) };
+            // `prev` held one count, now ours; `held` covers it (the contract): release it.
+            ptr = prev;
         }
     }
 }
@@ -268,5 +276,53 @@ impl<A: Element> Drop for Version<A> {
         // Relaxed: exclusive access.
         debug_assert!(self.prev.load(Ordering::Relaxed).is_null());
         self.home.counters.version_freed(self.bytes());
+    }
+}
+
+#[cfg(all(test, not(mvtensor_loom)))]
+mod tests {
+    use super::*;
+
+    /// A raw version, to hand to another thread.
+    struct Raw(*mut Version<f32>);
+    // SAFETY: the version is handed over whole: only the receiving thread uses it.
+    unsafe impl Send for Raw {}
+
+    /// Releasing the newest of a long chain of linked versions (what a steady writer leaves
+    /// while a store snapshot is in progress) gives every one back to the pool, on a thread
+    /// with a small stack: one call deep per version, the release overflowed it.
+    #[test]
+    fn releasing_a_long_chain_of_versions_takes_no_stack_per_version() {
+        let n = if cfg!(miri) { 300 } else { 100_000 };
+        let variable = crate::Variable::new(ndarray::arr1(&[0.0f32]));
+        let home = &variable.inner.home;
+        let mut newest: *mut Version<f32> = std::ptr::null_mut();
+        for _ in 0..n {
+            let version = Version::allocate(ArrayD::zeros(ndarray::IxDyn(&[1])), home).into_raw();
+            // Relaxed: not shared yet. The link takes over the count of the one below.
+            // SAFETY: `version` is ours, fresh from `into_raw`.
+            unsafe { (*version).prev.store(newest, Ordering::Relaxed) };
+            newest = version;
+        }
+        let live = || variable.stats().live_versions;
+        assert_eq!(live(), n + 1);
+        let chain = Raw(newest);
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let chain = chain;
+                // SAFETY: the chain's newest count is ours (each link holds the next one's),
+                // and no version of it was ever reachable by anyone else.
+                unsafe { Version::release(chain.0) };
+            })
+            .expect("a thread")
+            .join()
+            .expect("released without overflowing the stack");
+        variable.inner.home.trim(0);
+        assert_eq!(
+            live(),
+            1,
+            "every version of the chain went back and was freed"
+        );
     }
 }

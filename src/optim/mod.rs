@@ -18,6 +18,11 @@
 //! may see one parameter after a step and another before it, and the updates of concurrent
 //! steps interleave parameter by parameter (Hogwild's own bet).
 //!
+//! [`SparseAdam`] is lazy Adam over the rows of a [`PagedVariable`](crate::PagedVariable)
+//! (an embedding table): a step updates the rows a batch touched and their moments.
+//! [`Replicas`] sums the gradients of N workers and applies their mean once per step, as
+//! TensorFlow's `MirroredStrategy`.
+//!
 //! ```
 //! use mvtensor::optim::Optimizer;
 //! use mvtensor::Variable;
