@@ -209,3 +209,48 @@ fn a_scatter_of_no_rows_writes_no_version() {
         Err(Error::RankMismatch { .. })
     ));
 }
+
+/// Inside an execution too, a scatter of no rows writes nothing: no working copy of the
+/// dense table, nothing staged for the paged one, so their versions stay when the execution
+/// commits its other writes; it is still checked (width, resource set).
+#[test]
+fn an_executions_scatter_of_no_rows_writes_nothing() {
+    let dense = Variable::new(Array2::<f32>::ones((50, 4)));
+    let paged = mvtensor::PagedVariable::new(Array2::<f32>::ones((50, 4))).unwrap();
+    let steps = Variable::new(ndarray::arr0(0i64));
+    let outside = Variable::new(Array2::<f32>::ones((50, 4)));
+    let section = CriticalSection::builder()
+        .resource(&dense)
+        .paged(&paged)
+        .resource(&steps)
+        .build()
+        .unwrap();
+    let none = Array2::<f32>::zeros((0, 4));
+    section
+        .execute(|tx| {
+            tx.scatter_add(&dense, &[], &none)?;
+            tx.scatter_scaled_add(&paged, 2.0, &[], &none)?;
+            tx.assign_add(&steps, &ndarray::arr0(1))
+        })
+        .unwrap();
+    assert_eq!(
+        (dense.version(), paged.version(), steps.version()),
+        (0, 0, 1)
+    );
+    let wide = Array2::<f32>::zeros((0, 5));
+    let refused = section.execute(|tx| tx.scatter_add(&dense, &[], &wide));
+    assert!(
+        matches!(refused, Err(Error::ShapeMismatch { .. })),
+        "{refused:?}"
+    );
+    let refused = section.execute(|tx| tx.scatter_update(&paged, &[], &wide));
+    assert!(
+        matches!(refused, Err(Error::ShapeMismatch { .. })),
+        "{refused:?}"
+    );
+    let refused = section.execute(|tx| tx.scatter_add(&outside, &[], &none));
+    assert!(
+        matches!(refused, Err(Error::NotInResourceSet { .. })),
+        "{refused:?}"
+    );
+}

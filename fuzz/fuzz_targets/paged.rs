@@ -269,7 +269,7 @@ fuzz_target!(|input: Input| {
                             };
                             if !expect_refused(&result, &ids, rows, width, w) {
                                 apply_rows(&mut seen, step.kind, &ids, &values);
-                                staged = true;
+                                staged |= !ids.is_empty(); // no row stages nothing
                             }
                         }
                         let valid: Vec<usize> = ids.iter().copied().filter(|&i| i < rows).collect();

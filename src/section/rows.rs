@@ -135,6 +135,12 @@ impl Txn<'_> {
         match target {
             Target::Dense(variable) => {
                 let slot = self.slot(variable)?;
+                if delta.rows.is_some_and(<[usize]>::is_empty) {
+                    // No row: checked against what the execution sees, and no working copy
+                    // (a copy of the whole tensor, committed as a version, for nothing).
+                    let (now, _borrow) = slot.read(self.section(), self.guard())?;
+                    return delta.check(variable.name(), now.shape());
+                }
                 slot.write(self.section(), Init::Delta(delta), self.guard())
                     .map(drop)
             }
@@ -153,6 +159,9 @@ impl Txn<'_> {
         match delta.rows {
             Some(indices) => check_rows(&layout.name, &layout.shape, indices, delta.shape)?,
             None => check_shape(&layout.name, &layout.shape, delta.shape)?,
+        }
+        if delta.rows.is_some_and(<[usize]>::is_empty) {
+            return Ok(()); // no row: nothing to stage (as the plain scatters)
         }
         slot.stage(delta);
         Ok(())
