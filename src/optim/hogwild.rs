@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayViewD, Dimension, IxDyn, NdFloat};
 
-use super::{added_twice, Gradients, Packed};
+use super::{added_twice, check_finite, Gradients, Packed};
 use crate::error::{check_setting, check_shape, Error, Result, RATE};
 use crate::{Element, Variable};
 
@@ -194,15 +194,10 @@ impl<A: Element + NdFloat> HogwildSgd<A> {
             check_shape(&name(*param, label), shape, found)?;
         }
         if self.error_if_nonfinite {
-            let finite = |g: &[A]| g.iter().all(|x| x.is_finite());
-            if let Some(((param, _, label), _)) =
-                self.parts.iter().zip(&grads).find(|(_, (_, g))| !finite(g))
-            {
-                return Err(Error::NonFinite {
-                    optimizer: "Hogwild SGD".to_owned(),
-                    parameter: name(*param, label),
-                });
-            }
+            check_finite("Hogwild SGD", grads.iter().map(|(_, g)| &**g), |i| {
+                let (param, _, label) = &self.parts[i];
+                name(*param, label)
+            })?;
         }
         let mut grads = self.parts.iter().zip(&grads).peekable();
         let mut flat = Vec::new();

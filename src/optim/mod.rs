@@ -334,14 +334,10 @@ impl<A: Element + NdFloat> Optimizer<A> {
 
     /// `Err(NonFinite)` naming the first gradient with a NaN or an infinity.
     fn check_finite(&self, grads: &Collected<'_, A>) -> Result<()> {
-        let finite = |g: &[A]| g.iter().all(|x| x.is_finite());
-        match self.parts.iter().zip(grads).find(|(_, (_, g))| !finite(g)) {
-            Some((part, _)) => Err(Error::NonFinite {
-                optimizer: self.section.name().to_owned(),
-                parameter: self.label(part).to_owned(),
-            }),
-            None => Ok(()),
-        }
+        let grads = grads.iter().map(|(_, g)| &**g);
+        check_finite(self.section.name(), grads, |i| {
+            self.label(&self.parts[i]).to_owned()
+        })
     }
 
     /// The shape of each gradient a step takes, in order.
@@ -360,6 +356,25 @@ fn standard_mut<A, D: Dimension>(array: &mut ndarray::ArrayRef<A, D>) -> &mut [A
     array
         .as_slice_mut()
         .expect("working copies are in standard layout")
+}
+
+/// `error_if_nonfinite`'s check, for every optimizer: `Err(NonFinite)` naming (by `name` of
+/// its position) the first of `grads` that holds a NaN or an infinity.
+pub(super) fn check_finite<'g, A: NdFloat>(
+    optimizer: &str,
+    grads: impl IntoIterator<Item = &'g [A]>,
+    name: impl FnOnce(usize) -> String,
+) -> Result<()> {
+    match grads
+        .into_iter()
+        .position(|g| !g.iter().all(|x| x.is_finite()))
+    {
+        Some(i) => Err(Error::NonFinite {
+            optimizer: optimizer.to_owned(),
+            parameter: name(i),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The error for `param` added to `owner` a second time (PyTorch refuses it too): each step

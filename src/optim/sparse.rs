@@ -2,8 +2,11 @@
 
 use ndarray::{arr0, ArrayD, ArrayRef, Dimension, Ix0, IxDyn, NdFloat};
 
+use super::check_finite;
 use super::rule::{apply, Rule, State, Update};
-use crate::error::{check_rows, Error, Result};
+#[cfg(doc)]
+use crate::error::Error; // the docs' links
+use crate::error::{check_rows, Result};
 use crate::kernel::standard_elements;
 use crate::{CriticalSection, Element, PagedVariable, Store, Variable};
 
@@ -193,11 +196,8 @@ impl<A: Element + NdFloat> SparseAdam<A> {
         let shape = self.table.shape();
         check_rows(self.table.name(), shape, indices, grads.shape())?;
         let grads = standard_elements(grads);
-        if self.error_if_nonfinite && !grads.iter().all(|x| x.is_finite()) {
-            return Err(Error::NonFinite {
-                optimizer: self.name().to_owned(),
-                parameter: self.table.name().to_owned(),
-            });
+        if self.error_if_nonfinite {
+            check_finite(self.name(), [&*grads], |_| self.table.name().to_owned())?;
         }
         let width = shape[1..].iter().product();
         let (rows, g) = coalesce(indices, &grads, width);
