@@ -49,10 +49,30 @@ fn zeros(i: usize) -> ArrayD<f32> {
     ArrayD::zeros(IxDyn(&[SHAPES[i]]))
 }
 
-/// Adam's bias corrections at step `t`, computed once per step (`powi` is ~50 ns for a
-/// large `t`).
+/// Adam's bias corrections at step `t`, computed once per step, as mvtensor's optimizer
+/// computes them: the bits of `1.0 - B1.powi(t)`, but without `powi`'s squaring into the
+/// subnormal range, where each multiplication takes a microcode assist (~100 ns a step for
+/// both at step 10^6 on an AMD EPYC): the locks get the same ~60 ns.
 pub fn bias_correction(t: i64) -> (f32, f32) {
-    (1.0 - B1.powi(t as i32), 1.0 - B2.powi(t as i32))
+    let t = t.clamp(0, i64::from(i32::MAX)) as u32;
+    (one_minus_power(B1, t), one_minus_power(B2, t))
+}
+
+/// `1 - beta^n` with the multiplications of `powi` (compiler-builtins'), stopping once
+/// `beta^n` can no longer change the difference (`src/optim/rule.rs` says why it is exact).
+fn one_minus_power(beta: f32, mut n: u32) -> f32 {
+    let (mut base, mut power) = (beta, 1.0f32);
+    loop {
+        power *= if n & 1 != 0 { base } else { 1.0 };
+        n >>= 1;
+        if n == 0 {
+            return 1.0 - power;
+        }
+        base *= base;
+        if base <= f32::EPSILON / 4.0 {
+            return 1.0;
+        }
+    }
 }
 
 /// One Adam step of one tensor, in place (the same expression for every variant), with the

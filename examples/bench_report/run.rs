@@ -35,11 +35,15 @@ pub(crate) struct Plan {
     /// The checkpoint workload's time per cell (each variant without and with the
     /// checkpointer), in `CHECKPOINT_ROUNDS` rounds.
     pub(crate) checkpoint: Duration,
-    /// Steps of one run of the wine trainer.
+    /// Steps of one run of the wine trainer: 15,000 (~0.2-0.4 s a run). Runs of 3,000
+    /// (~0.1 s) left the start (threads, pools, caches) and the machine's spells deciding:
+    /// on a quiet machine, 7 alternated runs of 3,000 steps read 0.99/1.01/0.93x the best
+    /// lock at 1/2/4 threads and runs of 20,000 steps 1.01/1.03/0.99x (2026-11-27), while
+    /// a report under load read 0.86/0.87/0.97x.
     pub(crate) train_steps: usize,
-    /// Runs of each wine-trainer cell (a run is ~0.1 s: three left one noisy run deciding
-    /// the median; alternated runs of mvtensor and the lock alone took the same CPU time
-    /// while a 3-round report read 0.84x).
+    /// Runs of each wine-trainer cell (three left one noisy run deciding the median;
+    /// alternated runs of mvtensor and the lock alone took the same CPU time while a
+    /// 3-round report read 0.84x).
     pub(crate) train_rounds: usize,
     /// One run of one embedding cell (workload 10); `rounds` runs per cell.
     pub(crate) embedding: Duration,
@@ -62,7 +66,7 @@ impl Plan {
             costs: CostPlan { rounds: 11, scale },
             // At least three checkpoint intervals a round, so that every round saves files.
             checkpoint: ms(2000.0).max(3 * CHECKPOINT_ROUNDS * checkpoints::INTERVAL),
-            train_steps: (3000.0 * scale) as usize,
+            train_steps: (15000.0 * scale) as usize,
             train_rounds: 7,
             embedding: ms(200.0),
         }
