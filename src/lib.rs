@@ -62,8 +62,9 @@
 //!   value in a version its variable used before. With no snapshot held, a large variable
 //!   keeps 3 versions (4-5 while several threads write it, more while a writer is
 //!   descheduled mid-write); a small one about three batches of retired versions per writing
-//!   thread (~192 KiB each), which wait for the epoch a batch at a time. Snapshots add only
-//!   the versions they show. A reader's pin never frees memory.
+//!   thread (~192 KiB each), which wait for the epoch a batch at a time; writes that are
+//!   not combined (`assign`, `update`, `fetch_add`) wait once a variable holds 4 MiB of
+//!   versions. Snapshots add only the versions they show. A reader's pin never frees memory.
 //! * **Any ndarray in, typed arrays out.** Deltas and gradients may be any array or view of
 //!   any dimension (one not in standard layout, such as a transposed product, is copied into
 //!   order first); `assign` and `compare_and_set` take the new value as an owned array;

@@ -62,6 +62,24 @@ pub(crate) fn spares(bytes: usize) -> usize {
     3 * per_batch + 2
 }
 
+/// How many versions of `bytes` a variable may have before a compare-and-swap writer waits
+/// for one to come back ([`Inner::make_room`](crate::variable::Inner::make_room)): what
+/// [`ROOM_BYTES`] holds (a version's struct counted as [`VERSION_OVERHEAD`] bytes), and at
+/// least six times its pool's spares and 8 more (for large versions: 20). Not a tight bound:
+/// grace periods on a shared machine run long now and then (two threads on 2 cores kept
+/// 2-25 thousand versions of a scalar counter at moments, and waiting for them halved the
+/// counter's throughput), and a few MiB of small versions cost nothing; what it stops is
+/// growth without end.
+pub(crate) fn room(bytes: usize) -> usize {
+    (6 * spares(bytes) + 8).max(ROOM_BYTES / (bytes + VERSION_OVERHEAD))
+}
+
+/// The memory of small versions one variable may have before its compare-and-swap writers
+/// wait ([`room`]).
+const ROOM_BYTES: usize = 4 << 20;
+/// About what a version costs beside its elements: the struct, its shape, the allocations.
+const VERSION_OVERHEAD: usize = 256;
+
 /// One retired count: the version, and how to release a count of its element type.
 struct Entry {
     version: *const (),

@@ -176,6 +176,13 @@ impl<A: Element> Home<A> {
         Some(unsafe { Building::from_pooled(list.cast::<Version<A>>()) })
     }
 
+    /// Whether no version is pooled (`held`, the flag holder's list, aside): a hint, read
+    /// without ordering.
+    pub(crate) fn is_dry(&self) -> bool {
+        // Relaxed (both): a hint for `Inner::make_room`, which takes nothing on its strength.
+        self.free.load(Ordering::Relaxed).is_null() && self.cache.load(Ordering::Relaxed).is_null()
+    }
+
     /// A whole list of pooled versions, ours now: the parked rest of an earlier take, else
     /// everything handed back since; `None` if both are empty.
     fn take_list(&self) -> Option<*mut Link> {

@@ -101,6 +101,10 @@ impl Counters {
             self.fresh_buffers.fetch_add(1, Ordering::Relaxed);
         }
     }
+    /// Versions of the variable allocated now (its [`Stats::live_versions`]).
+    pub(crate) fn live(&self) -> usize {
+        self.live_versions.load(Ordering::Relaxed)
+    }
     pub(crate) fn cas_retried(&self) {
         self.cas_retries.fetch_add(1, Ordering::Relaxed);
     }

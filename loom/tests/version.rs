@@ -128,6 +128,37 @@ fn a_version_is_reused_only_after_its_readers_are_done() {
     );
 }
 
+/// A plain write keeps the version it builds on by a count, unpinned while it computes
+/// (large variables do; under loom every `update`, `assign` and `fetch_add` does:
+/// `src/variable/counted.rs`): meanwhile another writer commits, pushes the epoch through
+/// two grace steps and writes again, taking what its pool holds, and the version under
+/// computation must not be there to be written over. If the head moved, the update runs again on the newer version: each
+/// update lands exactly once.
+#[test]
+fn a_counted_write_builds_on_a_version_nobody_reuses() {
+    run_model("a_counted_write_builds_on_a_version_nobody_reuses", || {
+        let v = scalar(0);
+        let counted = {
+            let v = v.clone();
+            thread::spawn(move || {
+                v.update(|x| {
+                    let seen = x[[]];
+                    thread::yield_now(); // the other writer runs while we are unpinned
+                    assert_eq!(x[[]], seen, "a counted write's version was reused");
+                    x + 1
+                })
+                .unwrap()
+            })
+        };
+        v.update(|x| x + 10).unwrap();
+        two_grace_steps(); // the version it replaced is free to come back, unless counted
+        v.update(|x| x + 10).unwrap(); // from the pool, if anything is there
+        counted.join().unwrap();
+        assert_eq!(v.read()[[]], 21, "each update applied exactly once");
+        assert_eq!(v.version(), 3);
+    });
+}
+
 /// With no other thread, every write after the first reuses the version the one before it
 /// replaced: the pool, the limbo batch and its release run end to end on loom's atomics.
 #[test]

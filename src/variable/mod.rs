@@ -1,6 +1,7 @@
 //! [`Variable`]: a shared, versioned tensor. Writes are in [`write`](mod@write), row operations in
 //! [`rows`], the scalar API in [`scalar`].
 
+mod counted;
 mod rows;
 mod scalar;
 mod write;
@@ -82,6 +83,9 @@ pub(crate) struct Inner<A: Element> {
     /// 1K write's CPU on every write (perf, AMD EPYC).
     bytes: usize,
     spares: usize,
+    /// Versions past which a compare-and-swap writer waits for one to come back
+    /// ([`make_room`](Self::make_room)).
+    room: usize,
     dynamic_shape: bool,
     /// The rank every value has: fixed with the shape, or by a typed handle's `D` for a
     /// dynamic shape; `None` if a dynamic shape may change rank.
@@ -150,6 +154,7 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
             shape,
             bytes,
             spares: limbo::spares(bytes),
+            room: limbo::room(bytes),
             dynamic_shape: self.dynamic_shape,
             rank,
             head: CachePadded::new(Head::new(first)),

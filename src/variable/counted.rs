@@ -1,0 +1,122 @@
+//! Writes that hold back as little reclamation as they can. Reclamation waits for every
+//! thread pinned now to unpin, and with more writers than cores the OS deschedules writers
+//! mid-write: a writer pinned for its whole write holds back every version any thread
+//! retires meanwhile. So a large write keeps the version it builds on by a count, not a pin,
+//! while it computes ([`Variable::write_counted`]), and a compare-and-swap writer that finds
+//! its variable at its room waits for a version to come back ([`Inner::make_room`]).
+
+use super::write::Taker;
+use super::Inner;
+use crate::error::Result;
+use crate::limbo;
+use crate::running;
+use crate::sync::{epoch, yield_now};
+use crate::version::{Building, Version};
+use crate::{Element, Variable};
+
+/// The most yields of one [`Inner::make_room`]: a few time slices of the descheduled
+/// writers it waits for, then the write allocates (a bound on the wait, not on memory).
+const ROOM_YIELDS: usize = if cfg!(mvtensor_loom) { 2 } else { 64 };
+
+impl<A: Element> Inner<A> {
+    /// Whether plain (not combined) writes keep the version they build on by a count,
+    /// unpinned while they compute ([`Variable::write_counted`]): a large variable's do, and
+    /// under loom and miri every variable's, so that the models and miri's checks cover the
+    /// path (`fetch_update` and combined passes of small variables keep the pinned one).
+    pub(crate) fn writes_counted(&self) -> bool {
+        self.large() || cfg!(mvtensor_loom) || cfg!(miri)
+    }
+
+    /// Before a write that is not combined (a compare-and-swap write): waits while the
+    /// variable has [`limbo::room`] versions or more and none is pooled, yielding the core,
+    /// so that a write reuses a version rather than allocate one more (at most
+    /// [`ROOM_YIELDS`] yields; then it goes on, and allocates).
+    ///
+    /// Reclamation waits for every thread pinned now to unpin, and a compare-and-swap writer
+    /// is pinned for nearly all of its write: with more writers than cores, the ones the OS
+    /// has descheduled are pinned, and the epoch moves only as fast as they get the core
+    /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
+    /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
+    /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
+    /// A thread that is pinned already (inside an execution) does not wait: its own pin
+    /// would hold back what it waits for. Combined writes do not need this: their waiters
+    /// are not pinned, and one pass at a time allocates.
+    pub(crate) fn make_room(&self) {
+        if self.home.counters.live() < self.room || epoch::is_pinned() {
+            return;
+        }
+        for _ in 0..ROOM_YIELDS {
+            limbo::collect();
+            if !self.home.is_dry() || self.home.counters.live() < self.room {
+                return;
+            }
+            yield_now();
+        }
+    }
+}
+
+impl<A: Element> Variable<A> {
+    /// [`write`](Self::write) for a large variable, unpinned while `make` runs: the version
+    /// to build on is kept by a count instead, and the head is loaded again under a new pin
+    /// to publish (if it moved, `make` runs again on the newer version). Returns the new
+    /// version number.
+    ///
+    /// A pin held across `make` (the tensor's pass, ~100 us for 1M f32) held back every
+    /// version any thread retired meanwhile, and with more writers than cores the OS
+    /// deschedules writers mid-pass: 4 threads adding to ten tensors of 1-4 MiB on 2 cores
+    /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. A count
+    /// holds back only the version it counts, which the write replaces anyway.
+    ///
+    /// A queued variable (a critical section's) takes the pinned path: its writers hold the
+    /// ticket, and the ticket's hand-over is `write`'s.
+    pub(super) fn write_counted(
+        &self,
+        taker: Taker,
+        mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<u64> {
+        let inner = &*self.inner;
+        if let Taker::Anyone = taker {
+            running::check_not_updating(inner.id, &inner.name)?;
+        }
+        let mut next = None;
+        loop {
+            let (base, raw) = {
+                let guard = epoch::pin();
+                let current = inner.head.current(&guard);
+                if current.queued() {
+                    drop(next); // back to the pool
+                    return self.write(&guard, taker, make).map(|(_, new)| new);
+                }
+                current.settle(&guard); // the variable is free: anyone may
+                (current.version.to_ref(), current.raw)
+            };
+            let mut building = match next.take() {
+                Some(building) => building,
+                None => inner.building(&base.data, taker),
+            };
+            make(&base, &mut building)?;
+            building.number = base.number + 1;
+            let guard = epoch::pin();
+            let current = inner.head.current(&guard);
+            // The same pointer is the same version: `base`'s count keeps it from being
+            // reused, so the head cannot have left it and come back. Committed still: it
+            // was settled, and a head is never uncommitted.
+            if current.raw != raw {
+                next = Some(building);
+                continue;
+            }
+            match inner.head.publish(&current, building, &guard) {
+                Ok(installed) => {
+                    inner.published(installed.number, installed.bytes());
+                    // `base`'s count goes now, before the caller's `reclaim_now` looks for
+                    // the version it replaced.
+                    return Ok(installed.number);
+                }
+                Err(lost) => {
+                    inner.home.counters.cas_retried();
+                    next = Some(lost);
+                }
+            }
+        }
+    }
+}

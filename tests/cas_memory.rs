@@ -1,0 +1,81 @@
+//! Compare-and-swap writers (`fetch_add`, `assign`, `update`: the writes that are not
+//! combined) from more threads than cores keep their variable's versions bounded. Each is
+//! pinned for nearly all of its write, so the ones the OS deschedules hold the epoch back;
+//! before writers waited for room (`src/variable/counted.rs`), four threads running
+//! `fetch_add` on one counter on 2 cores had allocated millions of versions in a few seconds
+//! (a user's review, 2026-11-27). (Its own file: the count is per variable, and nothing else
+//! runs beside it.)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mvtensor::Variable;
+use ndarray::{ArrayD, IxDyn};
+
+const THREADS: usize = 4;
+
+/// The room a variable of `elements` elements of `bytes` each has before its writers wait:
+/// 4 MiB of versions, each counted as its elements and 256 bytes (`limbo::room`; larger for
+/// a pool with many spares, which these are not).
+fn room(elements: usize, bytes: usize) -> usize {
+    (4 << 20) / (elements * bytes + 256)
+}
+
+/// Runs `write` `per_thread` times on each of [`THREADS`] threads and returns the most live
+/// versions any of them saw after a write.
+fn peak_live<A: mvtensor::Element, D: ndarray::Dimension>(
+    v: &Variable<A, D>,
+    per_thread: usize,
+    write: impl Fn(&Variable<A, D>) + Sync,
+) -> usize {
+    let peak = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                for i in 0..per_thread {
+                    write(v);
+                    if i % 64 == 0 {
+                        peak.fetch_max(v.stats().live_versions, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    peak.into_inner()
+}
+
+#[test]
+fn counter_increments_from_more_threads_than_cores_stay_within_the_room() {
+    let per_thread = if cfg!(miri) { 100 } else { 250_000 };
+    let counter = Variable::scalar(0i64);
+    let peak = peak_live(&counter, per_thread, |c| {
+        c.fetch_add(1).unwrap();
+    });
+    eprintln!("counter: peak {peak} live versions");
+    assert_eq!(
+        counter.get(),
+        (THREADS * per_thread) as i64,
+        "lost increments"
+    );
+    let room = room(1, 8);
+    assert!(
+        peak <= 2 * room,
+        "{peak} live versions of a counter, room {room}"
+    );
+}
+
+#[test]
+fn whole_value_writes_from_more_threads_than_cores_stay_within_the_room() {
+    let (len, per_thread) = if cfg!(miri) { (16, 50) } else { (1024, 50_000) };
+    let w = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
+    let value = ArrayD::<f32>::ones(IxDyn(&[len]));
+    let peak = peak_live(&w, per_thread, |w| {
+        w.assign(value.clone()).unwrap();
+    });
+    eprintln!("1K f32: peak {peak} live versions");
+    assert_eq!(w.read()[[0]], 1.0);
+    let room = room(len, 4);
+    assert!(
+        peak <= 2 * room,
+        "{peak} live versions of 1K f32, room {room}"
+    );
+}
