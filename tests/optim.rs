@@ -455,6 +455,13 @@ fn optimizer_settings_out_of_range_are_refused_before_anything_is_built() {
         .resource(&w)
         .build()
         .unwrap();
+    // An optimizer of nothing: every step would do nothing.
+    let err = Optimizer::adam(1e-3f32).name("opt").build().unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidSetting { owner, setting: "params", .. }
+            if owner == "optimizer `opt`"),
+        "{err}"
+    );
     // The edges are in range: a zero rate, no momentum, an infinite clipping norm.
     let zero = Optimizer::momentum(0.0, 0.0).clip_global_norm(f32::INFINITY);
     zero.param(&Variable::new(Array1::<f32>::zeros(2)))

@@ -1,6 +1,7 @@
 //! Packed parameter sets (`optim::Packed`): several tensors in one variable, one version a
 //! step for all of them.
 
+use mvtensor::checkpoint::Restore;
 use mvtensor::optim::{HogwildSgd, Optimizer, Packed, Replicas};
 use mvtensor::{Error, Store, Variable};
 use ndarray::{Array1, Array2, ArrayViewMutD, Ix1, Ix2, IxDyn};
@@ -282,6 +283,50 @@ fn a_packed_set_checkpoints_as_one_tensor_with_its_optimizer_state() {
     let state = snapshot.get::<f32, Ix1>("opt.state").unwrap();
     assert_eq!(state.len(), 2 * 6 + 2);
     assert_eq!(&state.as_slice().unwrap()[12..], [1.0, 0.0]);
+}
+
+/// A packed set's checkpoint records the tensors it packs: a restore into a set that packs
+/// others is refused, even of the same length (a 2x3 and a 3x2 tensor: the values would
+/// land scrambled, a user's review found them restored with `Ok`), naming both layouts, and
+/// nothing is applied; the same layout restores.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_restore_into_a_set_of_another_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mlp.safetensors");
+    let build = |w: Array2<f32>| {
+        let set = model(&w, &Array1::ones(2));
+        let store = Store::new();
+        store.register(set.variable()).unwrap();
+        (set, store)
+    };
+    let (_saved, store) = build(Array2::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32));
+    let bytes = std::fs::read({
+        store.save(&path).unwrap();
+        &path
+    })
+    .unwrap();
+    let metadata = safetensors::SafeTensors::read_metadata(&bytes).unwrap().1;
+    let layout = &metadata.metadata().as_ref().unwrap()["mvtensor.layout.mlp"];
+    assert_eq!(layout, "w [2, 3], b [2]; 8 elements");
+
+    let (other, other_store) = build(Array2::zeros((3, 2)));
+    let before = other.read().snapshot().to_vec();
+    let err = other_store.restore(&path, Restore::default()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, Error::Checkpoint { .. })
+            && message.contains("`mlp`")
+            && message.contains("w [2, 3], b [2]")
+            && message.contains("w [3, 2], b [2]"),
+        "{message}"
+    );
+    assert_eq!(other.read().snapshot().to_vec(), before, "nothing applied");
+
+    let (same, same_store) = build(Array2::zeros((2, 3)));
+    let restored = same_store.restore(&path, Restore::default()).unwrap();
+    assert_eq!(restored, 1);
+    assert_eq!(same.read().get::<Ix2>(0).unwrap()[[1, 2]], 5.0);
 }
 
 /// Hogwild over a packed set: one combined write per step for every tensor; concurrent

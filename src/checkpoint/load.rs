@@ -7,7 +7,7 @@ use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
-use super::{checkpoint_error, PAGED};
+use super::{checkpoint_error, LAYOUT, PAGED};
 use crate::error::{check_shape, Error, Result};
 use crate::{
     CriticalSection, CriticalSectionBuilder, Element, PagedVariable, Store, Txn, Variable,
@@ -144,24 +144,25 @@ impl Store {
                     Missing::Skip => continue,
                 }
             }
-            let name = t.name;
+            let (name, layout) = (t.name, t.layout);
             staged.push(
-                dispatch!(t.values, values => stage(self, &name, values)).map_err(|e| {
-                    let problem = match e {
-                        // Said as the file's tensor against the variable: "f32 was asked
-                        // for" named nothing the user asked (a user's review).
-                        Error::DTypeMismatch {
-                            variable,
-                            expected,
-                            found,
-                        } => format!(
-                            "tensor `{variable}` holds {expected}, the variable of that name \
+                dispatch!(t.values, values => stage(self, &name, values, layout.as_deref()))
+                    .map_err(|e| {
+                        let problem = match e {
+                            // Said as the file's tensor against the variable: "f32 was asked
+                            // for" named nothing the user asked (a user's review).
+                            Error::DTypeMismatch {
+                                variable,
+                                expected,
+                                found,
+                            } => format!(
+                                "tensor `{variable}` holds {expected}, the variable of that name \
                              holds {found}"
-                        ),
-                        other => other.to_string(),
-                    };
-                    error(&file, problem)
-                })?,
+                            ),
+                            other => other.to_string(),
+                        };
+                        error(&file, problem)
+                    })?,
             );
         }
         let count = staged.len();
@@ -235,10 +236,28 @@ impl<A: Element> Staged for AssignPaged<A> {
     }
 }
 
-/// The variable `name` of `store`, dense or paged, checked to take `value` (dtype, shape).
-fn stage<A: Element>(store: &Store, name: &str, value: ArrayD<A>) -> Result<Box<dyn Staged>> {
+/// The variable `name` of `store`, dense or paged, checked to take `value` (dtype, shape,
+/// and the tensors a packed set holds, where both the file and the variable describe them).
+fn stage<A: Element>(
+    store: &Store,
+    name: &str,
+    value: ArrayD<A>,
+    layout: Option<&str>,
+) -> Result<Box<dyn Staged>> {
     match store.get::<A, IxDyn>(name) {
         Ok(variable) => {
+            // Before the shape: of another length or not, the layouts say what differs.
+            if let (Some(file), Some(ours)) = (layout, variable.inner.layout.as_deref()) {
+                if file != ours {
+                    return Err(Error::InvalidValue {
+                        variable: name.to_owned(),
+                        problem: format!(
+                            "the file's tensor packs {file}, the variable packs {ours}: \
+                             another model's layout"
+                        ),
+                    });
+                }
+            }
             variable.check_new_shape(value.shape())?;
             Ok(Box::new(Assign { variable, value }))
         }
@@ -257,6 +276,8 @@ struct Parsed {
     values: Values,
     /// A paged variable's rows per page (the file's `mvtensor.paged.<name>`).
     rows_per_page: Option<usize>,
+    /// A packed set's tensors, described (the file's `mvtensor.layout.<name>`).
+    layout: Option<String>,
 }
 
 /// A tensor's values, as the element type its dtype names.
@@ -312,6 +333,7 @@ fn parse(bytes: &[u8], file: &str) -> Result<Vec<Parsed>> {
                 name: name.to_owned(),
                 values,
                 rows_per_page,
+                layout: metadata.get(&format!("{LAYOUT}{name}")).cloned(),
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -12,8 +12,10 @@
 //!   `__metadata__` holds the snapshot's commit timestamp (`mvtensor.timestamp`) and each
 //!   variable's version number (`mvtensor.version.<name>`), and each paged variable's rows
 //!   per page (`mvtensor.paged.<name>`: the tensor is written whole, and [`Store::load`]
-//!   makes it paged again). Python's `safetensors` package reads it, and mvtensor reads what
-//!   it writes.
+//!   makes it paged again), and each packed set's tensors (`mvtensor.layout.<name>`, as
+//!   `w1 [11, 32], b1 [32]; 2510 elements`: a restore into a set that packs others is
+//!   refused, even of the same length). Python's `safetensors` package reads it, and
+//!   mvtensor reads what it writes.
 //! * **Restoring is one commit** ([`Store::restore`]): every variable of the file changes at
 //!   once, through the variables' queues like any critical section, so a store snapshot sees
 //!   all of the checkpoint or none of it.
@@ -79,6 +81,9 @@ const TIMESTAMP: &str = "mvtensor.timestamp";
 const VERSION: &str = "mvtensor.version.";
 /// The metadata key prefix of a paged variable's rows per page.
 const PAGED: &str = "mvtensor.paged.";
+/// The metadata key prefix of a packed set's tensors, described
+/// ([`optim::Packed`](crate::optim::Packed)).
+const LAYOUT: &str = "mvtensor.layout.";
 
 impl StoreSnapshot {
     /// Writes this snapshot as one safetensors file at `path`, crash-safe (see the
@@ -132,6 +137,9 @@ impl StoreSnapshot {
                 metadata.insert(format!("{VERSION}{name}"), captured.number.to_string());
                 if let Some(rows) = captured.rows_per_page {
                     metadata.insert(format!("{PAGED}{name}"), rows.to_string());
+                }
+                if let Some(layout) = &captured.layout {
+                    metadata.insert(format!("{LAYOUT}{name}"), layout.to_string());
                 }
                 let tensor = Tensor {
                     dtype: dtype_out(captured.dtype),

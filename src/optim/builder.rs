@@ -173,7 +173,8 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out
     /// of range (PyTorch's ranges: the learning rate, momentum, epsilon and weight decay
     /// finite and at least 0, Adam's betas at least 0 and below 1, a clipping norm at least
-    /// 0), or a parameter (or packed set) added twice, checked before anything is built;
+    /// 0), a parameter (or packed set) added twice, or no parameter at all, checked before
+    /// anything is built;
     /// [`Error::ResourceConflict`](crate::Error::ResourceConflict) if a parameter belongs to
     /// another section that holds it exclusively (the optimizer's own section shares its
     /// variables, so that [`Store::restore`](crate::Store::restore) can set them between
@@ -182,6 +183,16 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// [`packed`](Self::packed) that holds the state of the optimizer that built it.
     pub fn build(mut self) -> Result<Optimizer<A>> {
         let name = self.checked_name()?;
+        if self.params.is_empty() {
+            // Every step would do nothing (a user's review expected an error, as PyTorch's
+            // "empty parameter list").
+            return Err(crate::Error::InvalidSetting {
+                owner: format!("optimizer `{name}`"),
+                setting: "params",
+                value: "none".to_owned(),
+                expected: "at least one parameter (`param`, `params` or `packed`)",
+            });
+        }
         let (shapes, len) = self.state_shape();
         let state = Variable::builder(ndarray::Array1::<A>::zeros(len))
             .name(format!("{name}.state"))

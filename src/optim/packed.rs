@@ -61,6 +61,18 @@ impl Tensor {
 }
 
 impl Layout {
+    /// Its tensors and the variable's length, as checkpoints record them
+    /// (`w1 [11, 32], b1 [32]; 2510 elements`): two sets of the same length may pack
+    /// different tensors, and a restore of one into the other is refused.
+    pub(crate) fn describe(&self) -> String {
+        let tensors: Vec<String> = self
+            .tensors
+            .iter()
+            .map(|t| format!("{} {:?}", t.name, t.shape))
+            .collect();
+        format!("{}; {} elements", tensors.join(", "), self.stored)
+    }
+
     /// The set's name (its variable's).
     pub fn name(&self) -> &str {
         &self.name
@@ -330,6 +342,7 @@ impl<A: Element> PackedBuilder<A> {
         self.data.resize(layout.stored, A::default());
         let variable = Variable::builder(ndarray::Array1::from_vec(self.data))
             .name(layout.name.clone())
+            .layout(layout.describe())
             .build();
         Packed {
             variable,

@@ -88,7 +88,10 @@ impl<A: Element> ErasedVariable for Inner<A> {
     }
     fn version_at(&self, at: u64, guard: &epoch::Guard) -> At {
         match self.head.visible_at(at, guard) {
-            head::At::Version(version) => At::Version(snapshot::Captured::new(version.to_ref())),
+            head::At::Version(version) => At::Version(snapshot::Captured {
+                layout: self.layout.clone(),
+                ..snapshot::Captured::new(version.to_ref())
+            }),
             head::At::NotYetCreated => At::NotYetCreated,
             head::At::Unlinked => At::Unlinked,
         }

@@ -56,6 +56,7 @@ impl Captured {
             },
             kind: VariableKind::Paged,
             rows_per_page: Some(table.rows_per_page()),
+            layout: None,
             dtype: A::DTYPE,
             shape: table.shape().to_vec(),
             number: table.version(),

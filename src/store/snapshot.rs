@@ -86,6 +86,8 @@ pub(crate) struct Captured {
     pub(crate) kind: VariableKind,
     /// A paged variable's rows per page (for checkpoints).
     pub(crate) rows_per_page: Option<usize>,
+    /// A packed set's tensors, described (for checkpoints).
+    pub(crate) layout: Option<Arc<str>>,
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
     pub(crate) number: u64,
@@ -110,6 +112,7 @@ impl Captured {
             },
             kind: VariableKind::Dense,
             rows_per_page: None,
+            layout: None,
             dtype: A::DTYPE,
             shape: version.data.shape().to_vec(),
             number: version.number,

@@ -86,6 +86,9 @@ pub(crate) struct Inner<A: Element> {
     /// Versions past which a compare-and-swap writer waits for one to come back
     /// ([`make_room`](Self::make_room)).
     room: usize,
+    /// The tensors it packs, described, if it is an [`optim::Packed`](crate::optim::Packed)
+    /// set's (checkpoints carry it: a restore into another layout is refused).
+    pub(crate) layout: Option<Arc<str>>,
     dynamic_shape: bool,
     /// The rank every value has: fixed with the shape, or by a typed handle's `D` for a
     /// dynamic shape; `None` if a dynamic shape may change rank.
@@ -111,6 +114,7 @@ pub struct VariableBuilder<A: Element, D: Dimension = IxDyn> {
     init: ArrayD<A>,
     name: Option<String>,
     dynamic_shape: bool,
+    layout: Option<Arc<str>>,
     _dim: PhantomData<fn() -> D>,
 }
 
@@ -127,6 +131,14 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
     /// The rank may change only for an `IxDyn` variable.
     pub fn dynamic_shape(mut self) -> Self {
         self.dynamic_shape = true;
+        self
+    }
+
+    /// What the variable's elements are, when it packs several tensors
+    /// ([`optim::Packed`](crate::optim::Packed)): checkpoints carry it, and a restore refuses
+    /// a file whose description of the variable differs.
+    pub(crate) fn layout(mut self, description: String) -> Self {
+        self.layout = Some(description.into());
         self
     }
 
@@ -162,6 +174,7 @@ impl<A: Element, D: Dimension> VariableBuilder<A, D> {
             queue: TicketQueue::default(),
             claims: Claims::default(),
             combiner: Combiner::default(),
+            layout: self.layout,
         }))
     }
 }
@@ -179,6 +192,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
             init: init.into_dyn(),
             name: None,
             dynamic_shape: false,
+            layout: None,
             _dim: PhantomData,
         }
     }
