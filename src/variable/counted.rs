@@ -41,8 +41,18 @@ impl<A: Element> Inner<A> {
     /// A thread that is pinned already (inside an execution) does not wait: its own pin
     /// would hold back what it waits for. Combined writes do not need this: their waiters
     /// are not pinned, and one pass at a time allocates.
+    #[inline]
     pub(crate) fn make_room(&self) {
-        if self.home.counters.live() < self.room || epoch::is_pinned() {
+        if self.home.counters.live() >= self.room {
+            self.wait_for_room();
+        }
+    }
+
+    /// [`make_room`](Self::make_room)'s wait, out of the write's way.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_room(&self) {
+        if epoch::is_pinned() {
             return;
         }
         for _ in 0..ROOM_YIELDS {

@@ -341,6 +341,9 @@ impl<A: Element> Inner<A> {
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
     /// (its values are whatever they were: every writer overwrites them all).
+    // Inlined into both write loops (plain and counted), as when it had one caller: ~35
+    // instructions a `fetch_add` (callgrind).
+    #[inline(always)]
     pub(crate) fn building(&self, like: &ArrayD<A>, taker: Taker) -> Building<A> {
         let bytes = like.len() * std::mem::size_of::<A>();
         let take = || match taker {
