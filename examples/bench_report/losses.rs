@@ -233,12 +233,15 @@ const WHY: &str = r#"
   also run in parallel, and writes are rare, so the RwLocks keep up. mvtensor's wait-free
   read only pays off where reads are short or writers hold the lock long.
 * **A descheduled writer delays reclamation.** A snapshot holds only its own version (a
-  hold slot, not a pin), but a write pins the epoch while it runs; a writer that the OS
-  deschedules mid-write holds back the release of every version retired meanwhile (by any
+  hold slot, not a pin), and a large write keeps its version by a count while it computes
+  (pinned only to load and to publish: 1M f32 from 4 threads went from 0.56x to ~0.68x the
+  best lock when it stopped pinning across the pass, 2026-11-27); but a small write, or a
+  combining pass of small deltas, pins the epoch while it runs, and a writer that the OS
+  deschedules then holds back the release of every version retired meanwhile (by any
   thread), so other writers allocate, the pool grows (it is trimmed back afterwards) and
-  resident memory with it. Small versions also come back a batch at a time (~three batches
-  of 64 KiB in flight per variable), the price of one crossbeam flush per batch rather than
-  per write.
+  resident memory with it (writes that are not combined wait at 4 MiB of versions). Small
+  versions also come back a batch at a time (~three batches of 64 KiB in flight per
+  variable), the price of one crossbeam flush per batch rather than per write.
 * **Latency tails are the scheduler's.** With more threads than cores, a reader of any
   variant can lose its core for a time slice mid-read; p99 and p99.9 then measure the
   scheduler, not the data structure.
