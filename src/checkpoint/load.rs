@@ -36,7 +36,9 @@ pub struct Restore {
 }
 
 impl Restore {
-    /// Restores what both have and leaves the rest alone.
+    /// Restores what both have and leaves the rest alone. Lenient about *names* only: a
+    /// tensor whose dtype, shape or packed layout does not fit the variable of its name is
+    /// still an error, and nothing is applied (a misfit value is never half-restored).
     pub fn lenient() -> Self {
         Self {
             missing_in_store: Missing::Skip,

@@ -20,6 +20,28 @@ pub trait Gradient<A: Clone>: private::Sealed {
 /// The gradients of one step, one per parameter in the optimizer's order: a tuple of up to
 /// 8 [`Gradient`]s, or a slice or `&Vec` of arrays or views of one type; for an optimizer
 /// of one parameter, its gradient alone (`&Array2`, a view, a snapshot's `&ArrayRef`).
+///
+/// ```
+/// use mvtensor::optim::Optimizer;
+/// use mvtensor::Variable;
+/// use ndarray::{Array1, Array2, ArrayD, IxDyn};
+///
+/// let w = Variable::new(Array2::<f32>::zeros((2, 3)));
+/// let b = Variable::new(Array1::<f32>::zeros(3));
+/// let sgd = Optimizer::sgd(0.1).param(&w).param(&b).build()?;
+/// let (gw, gb) = (Array2::<f32>::ones((2, 3)), Array1::<f32>::ones(3));
+/// sgd.step((&gw, &gb))?; // a tuple: any array types
+/// sgd.step((&gw.view(), &gb))?; // views too
+/// let all = vec![gw.into_dyn(), gb.into_dyn()];
+/// sgd.step(&all)?; // a `&Vec` (or a slice) of arrays of one type
+/// sgd.step(&all[..])?;
+/// assert_eq!(sgd.steps(), 4);
+///
+/// let lone = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[4])));
+/// let one = Optimizer::sgd(0.1).param(&lone).build()?;
+/// one.step(&ArrayD::<f32>::ones(IxDyn(&[4])))?; // one parameter: its gradient alone
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
 pub trait Gradients<A: Clone>: private::Sealed {
     #[doc(hidden)]
     fn collect(&self) -> Collected<'_, A>;
