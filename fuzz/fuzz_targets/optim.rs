@@ -342,6 +342,15 @@ fuzz_target!(|input: Input| {
         .collect();
     let clip = input.clip.map(|c| f32::from(c) / 16.0);
     let schedule = (!input.schedule.is_empty()).then(|| Factors(input.schedule.clone()));
+    if separate.is_empty() {
+        // An optimizer of no parameter is refused, as PyTorch's empty parameter list.
+        let refused = optimizer(input.rule, clip, &schedule).build().unwrap_err();
+        assert!(
+            matches!(refused, Error::InvalidSetting { setting: "params", .. }),
+            "{refused}"
+        );
+        return;
+    }
     let packed = optimizer(input.rule, clip, &schedule)
         .packed(&set)
         .build()

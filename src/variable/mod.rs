@@ -398,6 +398,9 @@ impl<A: Element> Resource for Inner<A> {
     fn reclaimed(&self) {
         Inner::reclaimed(self);
     }
+    fn make_room(&self) {
+        Inner::make_room(self);
+    }
 }
 
 impl<A: Element> Drop for Inner<A> {
