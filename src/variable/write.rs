@@ -94,6 +94,20 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// A write to this same variable from inside `f` returns [`Error::Reentrant`]: it would
     /// commit first, and make the update lose and run `f` again, forever.
     ///
+    /// `f` gets the current value as ndarray's `&ArrayRef`, whose operators take another
+    /// `&ArrayRef`: an owned array `a` goes in as `&*a` (`x * &a` does not compile).
+    ///
+    /// ```
+    /// use mvtensor::Variable;
+    /// use ndarray::{arr1, Array1};
+    ///
+    /// let v = Variable::new(arr1(&[1.0f32, 2.0]));
+    /// let scale = Array1::from(vec![10.0f32, 100.0]);
+    /// v.update(|x| x * &*scale)?;
+    /// assert_eq!(v.read().as_slice(), Some(&[10.0, 200.0][..]));
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if `f` returns another shape (unless dynamic); nothing is
     /// written then.
