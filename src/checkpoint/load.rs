@@ -147,25 +147,8 @@ impl Store {
                 }
             }
             let (name, layout) = (t.name, t.layout);
-            staged.push(
-                dispatch!(t.values, values => stage(self, &name, values, layout.as_deref()))
-                    .map_err(|e| {
-                        let problem = match e {
-                            // Said as the file's tensor against the variable: "f32 was asked
-                            // for" named nothing the user asked (a user's review).
-                            Error::DTypeMismatch {
-                                variable,
-                                expected,
-                                found,
-                            } => format!(
-                                "tensor `{variable}` holds {expected}, the variable of that name \
-                             holds {found}"
-                            ),
-                            other => other.to_string(),
-                        };
-                        error(&file, problem)
-                    })?,
-            );
+            let one = dispatch!(t.values, values => stage(self, &name, values, layout.as_deref()));
+            staged.push(one.map_err(|e| misfit(&file, e))?);
         }
         let count = staged.len();
         if count == 0 {
@@ -236,6 +219,23 @@ impl<A: Element> Staged for AssignPaged<A> {
     fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()> {
         tx.assign_paged(&self.variable, &self.value)
     }
+}
+
+/// A tensor of `file` that does not fit its variable, as the restore's error.
+fn misfit(file: &str, e: Error) -> Error {
+    let problem = match e {
+        // Said as the file's tensor against the variable: "f32 was asked for" named nothing
+        // the user asked (a user's review).
+        Error::DTypeMismatch {
+            variable,
+            expected,
+            found,
+        } => {
+            format!("tensor `{variable}` holds {expected}, the variable of that name holds {found}")
+        }
+        other => other.to_string(),
+    };
+    error(file, problem)
 }
 
 /// The variable `name` of `store`, dense or paged, checked to take `value` (dtype, shape,

@@ -326,8 +326,8 @@ impl CriticalSection {
         })?;
         // An execution is pinned for all of its body, so with more executing threads than
         // cores the descheduled ones hold reclamation back, as compare-and-swap writers do:
-        // four threads each running its own section on its own counter kept 20-60 thousand
-        // versions of each.
+        // four threads each running its own section on its own counter kept 20-100
+        // thousand versions of each (`tests/cas_memory.rs`).
         for resource in &inner.resources {
             resource.make_room();
         }

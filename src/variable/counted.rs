@@ -66,6 +66,21 @@ impl<A: Element> Inner<A> {
 }
 
 impl<A: Element> Variable<A> {
+    /// [`write_counted`](Self::write_counted) if `counted`, else [`write`](Self::write)
+    /// under a pin of its own; returns the new version number.
+    pub(super) fn write_either(
+        &self,
+        counted: bool,
+        taker: Taker,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<u64> {
+        if counted {
+            self.write_counted(taker, make)
+        } else {
+            self.write(&epoch::pin(), taker, make).map(|(_, new)| new)
+        }
+    }
+
     /// [`write`](Self::write) for a large variable, unpinned while `make` runs: the version
     /// to build on is kept by a count instead, and the head is loaded again under a new pin
     /// to publish (if it moved, `make` runs again on the newer version). Returns the new
@@ -79,7 +94,7 @@ impl<A: Element> Variable<A> {
     ///
     /// A queued variable (a critical section's) takes the pinned path: its writers hold the
     /// ticket, and the ticket's hand-over is `write`'s.
-    pub(super) fn write_counted(
+    fn write_counted(
         &self,
         taker: Taker,
         mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,

@@ -226,12 +226,7 @@ impl<A: Element> Variable<A> {
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
         self.inner.make_room();
-        let written = if self.inner.writes_counted() {
-            self.write_counted(Taker::Anyone, make)
-        } else {
-            self.write(&epoch::pin(), Taker::Anyone, make)
-                .map(|(_, new)| new)
-        };
+        let written = self.write_either(self.inner.writes_counted(), Taker::Anyone, make);
         if reclaim_now() {
             self.inner.reclaimed();
         }
@@ -332,17 +327,12 @@ impl<A: Element> Publish<A> for Variable<A> {
         // No `write_now`: the caller reclaims after letting go of the combiner flag
         // (`apply_delta`), so that waiters do not wait for it.
         // `publish` runs with the combiner flag held: the pass takes from the flag's list.
-        let make = |cur: &Version<A>, next: &mut Building<A>| {
-            kernel::apply_helped(&cur.data, deltas, &mut next.data, helpers, wake);
-            Ok(())
-        };
-        let version = if self.inner.large() {
-            self.write_counted(Taker::FlagHolder, make)
-        } else {
-            self.write(&epoch::pin(), Taker::FlagHolder, make)
-                .map(|(_, new)| new)
-        }
-        .ok()?;
+        let version = self
+            .write_either(self.inner.large(), Taker::FlagHolder, |cur, next| {
+                kernel::apply_helped(&cur.data, deltas, &mut next.data, helpers, wake);
+                Ok(())
+            })
+            .ok()?;
         self.inner.home.counters.combined(deltas.len());
         Some(version)
     }
