@@ -80,9 +80,10 @@ fn whole_value_writes_from_more_threads_than_cores_stay_within_the_room() {
     );
 }
 
-/// Executions are pinned for all of their body, as compare-and-swap writers are for their
-/// write: four threads each running its own section on its own counter kept 20-60 thousand
-/// versions of each before executions waited for room too.
+/// An execution pins to load its variable and again to commit, as a compare-and-swap writer
+/// does: four threads each running its own section on its own counter kept 20-100 thousand
+/// versions of each (when executions were pinned for all of their body) before executions
+/// waited for room too.
 #[test]
 fn executions_from_more_threads_than_cores_stay_within_the_room() {
     let per_thread = if cfg!(miri) { 50 } else { 100_000 };

@@ -301,6 +301,10 @@ impl CriticalSection {
     /// that arrives while a batch is forming may be served before it (never more than once:
     /// nobody starves).
     ///
+    /// **Long closures are fine for memory.** `f` runs unpinned: the resources' versions it
+    /// reads are kept by their tickets, so however long it computes, the versions other
+    /// threads retire meanwhile are reused (it delays only the callers queued behind it).
+    ///
     /// **Reading a resource inside `f`.** Read it through the [`Txn`]: `Variable::read` of a
     /// resource inside `f` shows the committed value, from before this execution (see
     /// [`Txn`]), and a direct write to it is [`Error::Reentrant`].
@@ -324,10 +328,11 @@ impl CriticalSection {
         let _running = Running::enter(Inside::Execution, &inner.name, || {
             format!("execute on section `{}`", inner.name)
         })?;
-        // An execution is pinned for all of its body, so with more executing threads than
-        // cores the descheduled ones hold reclamation back, as compare-and-swap writers do:
-        // four threads each running its own section on its own counter kept 20-100
-        // thousand versions of each (`tests/cas_memory.rs`).
+        // An execution pins to load its variables and to commit, so with more executing
+        // threads than cores the descheduled ones hold reclamation back, as compare-and-swap
+        // writers do: four threads each running its own section on its own counter kept
+        // 20-100 thousand versions of each (`tests/cas_memory.rs`; measured when the whole
+        // execution was pinned).
         for resource in &inner.resources {
             resource.make_room();
         }

@@ -112,7 +112,7 @@ impl<A: Element> PagedSlot<A> {
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange).
-    pub(super) fn gather(&self, indices: &[usize], _guard: &epoch::Guard) -> Result<ArrayD<A>> {
+    pub(super) fn gather(&self, indices: &[usize]) -> Result<ArrayD<A>> {
         let mut state = self.state.borrow_mut();
         state.load(&self.variable);
         // SAFETY: loaded; the head's count keeps it alive while we hold the ticket.

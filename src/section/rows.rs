@@ -103,7 +103,7 @@ impl Txn<'_> {
             }
             Target::Paged(variable) => {
                 match self.slot_as::<PagedSlot<A>>(variable.inner.id, variable.name()) {
-                    Ok(slot) => slot.gather(indices, self.guard()),
+                    Ok(slot) => slot.gather(indices),
                     Err(_) => variable.gather(indices),
                 }
             }
@@ -138,11 +138,10 @@ impl Txn<'_> {
                 if delta.rows.is_some_and(<[usize]>::is_empty) {
                     // No row: checked against what the execution sees, and no working copy
                     // (a copy of the whole tensor, committed as a version, for nothing).
-                    let (now, _borrow) = slot.read(self.section(), self.guard())?;
+                    let (now, _borrow) = slot.read(self.section())?;
                     return delta.check(variable.name(), now.shape());
                 }
-                slot.write(self.section(), Init::Delta(delta), self.guard())
-                    .map(drop)
+                slot.write(self.section(), Init::Delta(delta)).map(drop)
             }
             Target::Paged(variable) => self.stage_paged(variable, delta),
         }

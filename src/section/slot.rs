@@ -100,18 +100,14 @@ impl<A: Element> Slot<A> {
     }
 
     /// A shared borrow of the execution's view: the working copy, or the base.
-    pub(super) fn read(
-        &self,
-        section: &str,
-        guard: &epoch::Guard,
-    ) -> Result<(&ArrayD<A>, Borrow<'_>)> {
+    pub(super) fn read(&self, section: &str) -> Result<(&ArrayD<A>, Borrow<'_>)> {
         let n = self.borrows.get();
         if n < 0 {
             return Err(self.borrowed(section, true));
         }
         if n == 0 {
             // SAFETY: no borrow is alive.
-            unsafe { self.state() }.load(&self.variable, guard);
+            unsafe { self.state() }.load(&self.variable);
         }
         self.borrows.set(n + 1);
         // SAFETY: shared borrows only read, and no mutable one exists until they are gone.
@@ -126,7 +122,6 @@ impl<A: Element> Slot<A> {
         &self,
         section: &str,
         init: Init<'_, A>,
-        guard: &epoch::Guard,
     ) -> Result<(&mut ArrayD<A>, Borrow<'_>)> {
         let n = self.borrows.get();
         if n != 0 {
@@ -134,7 +129,7 @@ impl<A: Element> Slot<A> {
         }
         // SAFETY: no borrow is alive.
         let state = unsafe { self.state() };
-        state.load(&self.variable, guard);
+        state.load(&self.variable);
         if let Init::Delta(delta) = init {
             delta.check(self.variable.name(), state.current().shape())?;
         }
@@ -166,7 +161,6 @@ impl<A: Element> Slot<A> {
     pub(super) fn rewrite(
         &self,
         section: &str,
-        guard: &epoch::Guard,
     ) -> Result<(Source<'_, A>, &mut ArrayD<A>, Borrow<'_>)> {
         let n = self.borrows.get();
         if n != 0 {
@@ -174,7 +168,7 @@ impl<A: Element> Slot<A> {
         }
         // SAFETY: no borrow is alive.
         let state = unsafe { self.state() };
-        state.load(&self.variable, guard);
+        state.load(&self.variable);
         let next = self.variable.inner.building(state.current(), Taker::Anyone);
         let source = match state.checkpoint {
             // Already written in this execution: that copy is the source, and the borrow
@@ -210,8 +204,13 @@ impl<A: Element> State<A> {
     /// Loads the base on the batch's first touch. The caller holds the variable's ticket, so
     /// only a lock-free write that slipped in before the section claimed it can be pending:
     /// settle it, and build on it.
-    fn load(&mut self, variable: &Variable<A>, guard: &epoch::Guard) {
+    ///
+    /// Pinned only for this: the base stays the head until this batch commits (nobody else
+    /// may replace it while we hold the ticket), and the head's count keeps it alive, so the
+    /// execution's closure runs unpinned and holds back no other version's reuse.
+    fn load(&mut self, variable: &Variable<A>) {
         if self.base.is_null() {
+            let guard = &epoch::pin();
             let current = variable.inner.head.current(guard);
             current.settle(guard);
             self.base = current.version.as_ptr();

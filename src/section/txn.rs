@@ -86,7 +86,6 @@ pub struct Txn<'s> {
     records: &'s RefCell<SharedRecords>,
     /// Variables outside the resource set, as this execution first read them.
     outside: RefCell<SmallVec<[Seen; 2]>>,
-    guard: epoch::Guard,
 }
 
 /// A variable outside the resource set: its id, and the `VersionRef<A>` first read.
@@ -108,7 +107,6 @@ impl<'s> Txn<'s> {
             slots,
             records,
             outside: RefCell::default(),
-            guard: epoch::pin(),
         }
     }
 
@@ -123,7 +121,7 @@ impl<'s> Txn<'s> {
         let variable = variable.erased();
         let inner = match self.slot(variable) {
             Ok(slot) => {
-                let (data, borrow) = slot.read(self.section, &self.guard)?;
+                let (data, borrow) = slot.read(self.section)?;
                 RefInner::Resource(data, borrow)
             }
             Err(_) => RefInner::Outside(self.outside(variable)),
@@ -181,7 +179,7 @@ impl<'s> Txn<'s> {
         variable: &Variable<A, D>,
     ) -> Result<TxnRewrite<'_, A, D>> {
         let slot = self.slot(variable.erased())?;
-        let (source, data, borrow) = slot.rewrite(self.section, &self.guard)?;
+        let (source, data, borrow) = slot.rewrite(self.section)?;
         // SAFETY: the source lives as long as the borrow: kept unchanged by the slot until
         // the execution ends, or owned by `source`, which the `TxnRewrite` holds.
         let shown = unsafe { Shown::new(source.data()) };
@@ -198,9 +196,7 @@ impl<'s> Txn<'s> {
         variable: &Variable<A, D>,
         init: Init<'_, A>,
     ) -> Result<TxnMut<'_, A, D>> {
-        let (data, borrow) =
-            self.slot(variable.erased())?
-                .write(self.section, init, &self.guard)?;
+        let (data, borrow) = self.slot(variable.erased())?.write(self.section, init)?;
         Ok(TxnMut {
             shown: ShownMut::new(data),
             _borrow: borrow,
@@ -231,11 +227,6 @@ impl<'s> Txn<'s> {
         self.section
     }
 
-    /// The execution's pin.
-    pub(super) fn guard(&self) -> &epoch::Guard {
-        &self.guard
-    }
-
     /// A variable outside the resource set, as this execution first read it.
     fn outside<A: Element>(&self, variable: &Variable<A>) -> VersionRef<A> {
         let id = variable.id();
@@ -246,7 +237,7 @@ impl<'s> Txn<'s> {
                 .expect("one id, one variable, one element type")
                 .clone();
         }
-        let now = variable.inner.head.visible(&self.guard).to_ref();
+        let now = variable.inner.head.visible(&epoch::pin()).to_ref();
         outside.push((id, Box::new(now.clone())));
         now
     }
@@ -270,7 +261,9 @@ impl<'s> Txn<'s> {
     /// does (committed as it is installed); several share one pending record, committed once
     /// all are installed.
     pub(super) fn commit(self) {
-        let guard = &self.guard;
+        // One pin from the first check to the last release: `finish` releases what `install`
+        // replaced, under the pin it was installed in.
+        let guard = &epoch::pin();
         let mut staged = self.slots.iter().filter(|s| s.staged());
         let Some(first) = staged.next() else {
             return;

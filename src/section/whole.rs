@@ -33,7 +33,7 @@ impl Txn<'_> {
         };
         let slot = self.slot(variable)?;
         variable.check_new_shape(value.shape())?;
-        let (data, _borrow) = slot.write(self.section(), Init::Overwrite, self.guard())?;
+        let (data, _borrow) = slot.write(self.section(), Init::Overwrite)?;
         if same_shape(data.shape(), value.shape()) {
             kernel::copy(&value.into_dyn(), data); // one pass, whatever `value`'s layout
         } else {

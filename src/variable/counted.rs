@@ -38,8 +38,9 @@ impl<A: Element> Inner<A> {
     /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
     /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
-    /// A thread that is pinned already (inside an execution) does not wait: its own pin
-    /// would hold back what it waits for. Combined writes do not need this: their waiters
+    /// A thread that is pinned already (holding a paged snapshot, or inside the closure of a
+    /// small variable's `update`) does not wait: its own pin would hold back what it waits
+    /// for. An execution's closure is not pinned (`section/slot.rs`), so its writes wait too. Combined writes do not need this: their waiters
     /// are not pinned, and one pass at a time allocates.
     #[inline]
     pub(crate) fn make_room(&self) {
