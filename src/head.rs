@@ -111,6 +111,14 @@ impl<A: Element> Head<A> {
         }
     }
 
+    /// Whether a critical section holds the variable now, without pinning: a hint for a
+    /// writer about to pin (it takes the ticket first, so that it does not wait pinned); the
+    /// write loop reads the mark again under its pin.
+    pub(crate) fn queued_hint(&self) -> bool {
+        // Relaxed: a hint, not followed; the loaded pointer is never dereferenced.
+        self.ptr.load(Ordering::Relaxed).addr() & QUEUED != 0
+    }
+
     /// Loads the head for a write. The version may be pending; see [`Current::settle`].
     pub(crate) fn current<'g>(&self, _guard: &'g epoch::Guard) -> Current<'g, A> {
         // Acquire: pairs with the install's Release, so the version's contents are visible.

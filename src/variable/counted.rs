@@ -77,8 +77,12 @@ impl<A: Element> Variable<A> {
     ) -> Result<u64> {
         if counted {
             self.write_counted(taker, make)
+        } else if self.inner.head.queued_hint() {
+            self.write_queued(taker, make)
         } else {
-            self.write(&epoch::pin(), taker, make).map(|(_, new)| new)
+            // No ticket given: the loop takes one if a section claimed the variable since.
+            self.write(&epoch::pin(), None, taker, make)
+                .map(|(_, new)| new)
         }
     }
 
@@ -93,8 +97,8 @@ impl<A: Element> Variable<A> {
     /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. A count
     /// holds back only the version it counts, which the write replaces anyway.
     ///
-    /// A queued variable (a critical section's) takes the pinned path: its writers hold the
-    /// ticket, and the ticket's hand-over is `write`'s.
+    /// A queued variable (a critical section's) takes the pinned path once it holds the
+    /// ticket (waited for unpinned), and the ticket's hand-over is `write`'s.
     fn write_counted(
         &self,
         taker: Taker,
@@ -111,7 +115,8 @@ impl<A: Element> Variable<A> {
                 let current = inner.head.current(&guard);
                 if current.queued() {
                     drop(next); // back to the pool
-                    return self.write(&guard, taker, make).map(|(_, new)| new);
+                    drop(guard); // the ticket is waited for unpinned
+                    return self.write_queued(taker, make);
                 }
                 current.settle(&guard); // the variable is free: anyone may
                 (current.version.to_ref(), current.raw)
