@@ -40,8 +40,9 @@ impl<A: Element> Inner<A> {
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
     /// A thread that is pinned already (holding a paged snapshot, or inside the closure of a
     /// small variable's `update`) does not wait: its own pin would hold back what it waits
-    /// for. An execution's closure is not pinned (`section/slot.rs`), so its writes wait too. Combined writes do not need this: their waiters
-    /// are not pinned, and one pass at a time allocates.
+    /// for. An execution's closure is not pinned (`section/slot.rs`), so its writes wait
+    /// too. Combined writes do not need this: their waiters are not pinned, and one pass at
+    /// a time allocates.
     #[inline]
     pub(crate) fn make_room(&self) {
         if self.home.counters.live() >= self.room {
