@@ -63,8 +63,8 @@ fn a_long_execution_holds_back_no_other_variables_versions() {
 /// it, and waits unpinned: before, it pinned first, which held back every thread's versions
 /// for as long as that execution ran (a plain writer queued behind 20 ms executions cut
 /// another thread's `fetch_add` on an unrelated counter from ~7 M/s to ~0.17 M/s on 2
-/// cores). The plain writer is started before the increments and reaches its wait within
-/// microseconds, where they take milliseconds.
+/// cores). The increments start once the plain writer has said it is about to write: it
+/// reaches its wait within microseconds of that, where they take milliseconds.
 #[test]
 fn a_write_queued_behind_a_long_execution_holds_back_nothing() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -76,7 +76,13 @@ fn a_write_queued_behind_a_long_execution_holds_back_nothing() {
         let peak = section
             .execute(|tx| {
                 tx.write(&w)?[[]] += 1;
-                s.spawn(|| w.assign_add(&arr0(10)).unwrap()); // queued behind this execution
+                let (writing, about_to_write) = std::sync::mpsc::channel();
+                let w = &w;
+                s.spawn(move || {
+                    writing.send(()).unwrap();
+                    w.assign_add(&arr0(10)).unwrap() // queued behind this execution
+                });
+                about_to_write.recv().unwrap();
                 Ok::<_, Error>(increment_on_another_thread(&counter, writes))
             })
             .unwrap();

@@ -244,3 +244,29 @@ fn an_update_closure_writing_its_own_variable_is_refused_not_retried_forever() {
     w.assign_add(&arr1(&[1.0, 1.0])).unwrap();
     assert_eq!(w.read().to_vec(), [4.0, 6.0]);
 }
+
+/// The same refusal for a variable a critical section holds: at once, with the update's
+/// message, before any wait for the variable's ticket (a write to a queued variable waits
+/// for its ticket before it pins; the refusal is checked first, so a closure never waits for
+/// the section's queue to be told it may not write its own variable).
+#[test]
+fn an_update_closure_writing_its_own_queued_variable_is_refused_at_once() {
+    let x = Variable::scalar(0i64);
+    let _holds_it = mvtensor::CriticalSection::builder()
+        .resource(&x)
+        .build()
+        .unwrap();
+    let mut refused = Vec::new();
+    x.update(|v| {
+        refused.push(x.fetch_add(1).unwrap_err());
+        refused.push(x.fetch_update(|a| a + 1).unwrap_err());
+        refused.push(x.assign_add(&arr0(1)).unwrap_err());
+        v + 1
+    })
+    .unwrap();
+    assert_eq!(x.get(), 1, "no refused write landed");
+    for err in &refused {
+        assert!(matches!(err, Error::Reentrant { .. }), "{err}");
+        assert!(err.to_string().contains("retry forever"), "{err}");
+    }
+}

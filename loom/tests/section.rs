@@ -7,6 +7,8 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use loom::sync::mpsc;
+
 use common::{run_model, scalar, spawn_transfer, value};
 use loom::thread;
 use mvtensor::{CriticalSection, Error, Variable};
@@ -164,4 +166,88 @@ fn a_batch_reads_outside_variables_afresh() {
         assert_eq!(mine + theirs, 1, "saw 0 and 1, once each");
         assert_eq!((inside.read()[[]], outside.read()[[]]), (2, 2));
     });
+}
+
+/// An execution's closure runs unpinned: while one waits inside its closure, another thread
+/// writing a variable outside the section gets every version back after two grace steps,
+/// as a lone writer does (`version.rs`: `a_lone_writer_reuses_two_versions`). With a
+/// `queued` write, a third thread adds 10 to the section's variable, waiting for its ticket
+/// meanwhile, unpinned too. When the closure, or the queued write, was pinned, the epoch
+/// could not pass it, and the writer's versions piled up.
+fn nothing_held_back_beside_an_execution(queued: Option<fn(&Variable<i64>)>) {
+    let v = scalar(0);
+    let w = scalar(0);
+    let cs = CriticalSection::builder().resource(&v).build().unwrap();
+    let (inside, wait_inside) = mpsc::channel();
+    let (done, wait_done) = mpsc::channel::<()>();
+    let executing = {
+        let (cs, v) = (cs.clone(), v.clone());
+        thread::spawn(move || {
+            cs.execute(move |tx| {
+                tx.write(&v)?[[]] += 1;
+                inside.send(()).unwrap();
+                wait_done.recv().unwrap(); // until the writer is done
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        })
+    };
+    wait_inside.recv().unwrap();
+    let plain = queued.map(|write| {
+        let v = v.clone();
+        thread::spawn(move || write(&v))
+    });
+    for i in 1..=2 {
+        w.assign_add(&value(1)).unwrap();
+        for _ in 0..2 {
+            crossbeam_epoch::pin().flush(); // a grace step
+        }
+        assert_eq!(w.read()[[]], i);
+        assert_eq!(
+            w.stats().live_versions,
+            2,
+            "after write {i}: held back beside the execution"
+        );
+    }
+    done.send(()).unwrap();
+    executing.join().unwrap();
+    if let Some(plain) = plain {
+        plain.join().unwrap();
+    }
+    assert_eq!(v.read()[[]], if queued.is_some() { 11 } else { 1 });
+}
+
+#[test]
+fn an_execution_in_its_closure_holds_back_no_other_version() {
+    run_model(
+        "an_execution_in_its_closure_holds_back_no_other_version",
+        || nothing_held_back_beside_an_execution(None),
+    );
+}
+
+/// A combined write (`assign_add`: its pass takes the ticket, `write_queued`).
+#[test]
+fn a_combined_write_queued_behind_an_execution_holds_back_no_other_version() {
+    run_model(
+        "a_combined_write_queued_behind_an_execution_holds_back_no_other_version",
+        || {
+            nothing_held_back_beside_an_execution(Some(|v| {
+                v.assign_add(&value(10)).unwrap();
+            }))
+        },
+    );
+}
+
+/// A compare-and-swap write (`update`: under loom every such write is counted, and its
+/// queued branch takes the ticket, `write_counted`).
+#[test]
+fn a_cas_write_queued_behind_an_execution_holds_back_no_other_version() {
+    run_model(
+        "a_cas_write_queued_behind_an_execution_holds_back_no_other_version",
+        || {
+            nothing_held_back_beside_an_execution(Some(|v| {
+                v.update(|x| x + 10).unwrap();
+            }))
+        },
+    );
 }

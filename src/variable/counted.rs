@@ -40,9 +40,9 @@ impl<A: Element> Inner<A> {
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
     /// A thread that is pinned already (holding a paged snapshot, or inside the closure of a
     /// small variable's `update`) does not wait: its own pin would hold back what it waits
-    /// for. An execution's closure is not pinned (`section/slot.rs`), so its writes wait
-    /// too. Combined writes do not need this: their waiters are not pinned, and one pass at
-    /// a time allocates.
+    /// for. Nor does a thread inside an execution (whose closure is not pinned): it holds its
+    /// section's tickets, and the callers queued behind would wait with it. Combined writes
+    /// do not need this: their waiters are not pinned, and one pass at a time allocates.
     #[inline]
     pub(crate) fn make_room(&self) {
         if self.home.counters.live() >= self.room {
@@ -54,7 +54,9 @@ impl<A: Element> Inner<A> {
     #[cold]
     #[inline(never)]
     fn wait_for_room(&self) {
-        if epoch::is_pinned() {
+        // Inside an execution the thread holds its section's tickets: the callers queued
+        // behind it would wait with it.
+        if epoch::is_pinned() || running::inside() {
             return;
         }
         for _ in 0..ROOM_YIELDS {
@@ -108,6 +110,10 @@ impl<A: Element> Variable<A> {
         let inner = &*self.inner;
         if let Taker::Anyone = taker {
             running::check_not_updating(inner.id, &inner.name)?;
+        }
+        if inner.head.queued_hint() {
+            // A section holds it: its ticket first, unpinned (`write_queued`).
+            return self.write_queued(taker, make);
         }
         let mut next = None;
         loop {

@@ -242,7 +242,7 @@ impl<A: Element> Variable<A> {
         self.inner.make_room();
         // As `write_queued` does: the ticket before the pin.
         let ticket = match self.inner.head.queued_hint() {
-            true => self.take_ticket()?,
+            true => self.take_ticket(Taker::Anyone)?,
             false => None,
         };
         let guard = epoch::pin();
@@ -264,16 +264,20 @@ impl<A: Element> Variable<A> {
         taker: Taker,
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
-        let ticket = self.take_ticket()?;
+        let ticket = self.take_ticket(taker)?;
         self.write(&epoch::pin(), ticket, taker, make)
             .map(|(_, new)| new)
     }
 
-    /// Waits for the variable's ticket, unless this thread is inside an execution (it would
-    /// wait for itself: [`Error::Reentrant`]).
+    /// Waits for the variable's ticket, unless this thread would wait for itself
+    /// ([`Error::Reentrant`], at once): inside an execution, or inside this variable's own
+    /// `update` closure (a writer `taker`'s check, as [`write`](Self::write) makes it).
     #[cold]
     #[inline(never)]
-    pub(super) fn take_ticket(&self) -> Result<Option<Ticket<'_>>> {
+    pub(super) fn take_ticket(&self, taker: Taker) -> Result<Option<Ticket<'_>>> {
+        if let Taker::Anyone = taker {
+            running::check_not_updating(self.inner.id, &self.inner.name)?;
+        }
         running::check_outside(|| {
             format!(
                 "a direct write to `{}`, which a critical section holds",
@@ -314,9 +318,11 @@ impl<A: Element> Variable<A> {
         loop {
             let current = inner.head.current(guard);
             if current.queued() && ticket.is_none() {
-                // Queued since the caller's look (`write_queued`): waits pinned, for at
-                // most the execution that claimed it meanwhile.
-                ticket = self.take_ticket()?;
+                // Queued since the caller's look (`write_queued`): waits pinned, for the
+                // tickets taken before ours (a section that claimed the variable between
+                // the look and the pin, and whoever queued meanwhile). Rare: the window is
+                // a few instructions.
+                ticket = self.take_ticket(taker)?;
                 continue; // reload: the previous ticket holder has committed
             }
             current.settle(guard); // free, or we hold the ticket: see `Current::settle`
