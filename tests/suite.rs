@@ -33,6 +33,7 @@ mod replicas;
 mod rewrite;
 mod rows;
 mod schedule;
+mod section_races;
 mod sections;
 mod sparse_adam;
 mod store;
