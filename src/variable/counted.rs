@@ -71,7 +71,10 @@ impl<A: Element> Inner<A> {
 
 impl<A: Element> Variable<A> {
     /// [`write_counted`](Self::write_counted) if `counted`, else [`write`](Self::write)
-    /// under a pin of its own; returns the new version number.
+    /// under a pin of its own, after the ticket (waited for unpinned, [`write_queued`]) if
+    /// a section holds the variable; returns the new version number.
+    ///
+    /// [`write_queued`]: Self::write_queued
     pub(super) fn write_either(
         &self,
         counted: bool,

@@ -241,9 +241,10 @@ impl<A: Element> Variable<A> {
     ) -> Result<Snapshot<A, D>> {
         self.inner.make_room();
         // As `write_queued` does: the ticket before the pin.
-        let ticket = match self.inner.head.queued_hint() {
-            true => self.take_ticket(Taker::Anyone)?,
-            false => None,
+        let ticket = if self.inner.head.queued_hint() {
+            Some(self.take_ticket(Taker::Anyone)?)
+        } else {
+            None
         };
         let guard = epoch::pin();
         let (old, _) = self.write(&guard, ticket, Taker::Anyone, make)?;
@@ -265,7 +266,7 @@ impl<A: Element> Variable<A> {
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
         let ticket = self.take_ticket(taker)?;
-        self.write(&epoch::pin(), ticket, taker, make)
+        self.write(&epoch::pin(), Some(ticket), taker, make)
             .map(|(_, new)| new)
     }
 
@@ -274,7 +275,7 @@ impl<A: Element> Variable<A> {
     /// `update` closure (a writer `taker`'s check, as [`write`](Self::write) makes it).
     #[cold]
     #[inline(never)]
-    pub(super) fn take_ticket(&self, taker: Taker) -> Result<Option<Ticket<'_>>> {
+    pub(super) fn take_ticket(&self, taker: Taker) -> Result<Ticket<'_>> {
         if let Taker::Anyone = taker {
             running::check_not_updating(self.inner.id, &self.inner.name)?;
         }
@@ -284,7 +285,7 @@ impl<A: Element> Variable<A> {
                 self.name()
             )
         })?;
-        Ok(Some(self.inner.queue.enter()))
+        Ok(self.inner.queue.enter())
     }
 
     /// The write loop: build the next value from the current version in a pooled version,
@@ -322,7 +323,7 @@ impl<A: Element> Variable<A> {
                 // tickets taken before ours (a section that claimed the variable between
                 // the look and the pin, and whoever queued meanwhile). Rare: the window is
                 // a few instructions.
-                ticket = self.take_ticket(taker)?;
+                ticket = Some(self.take_ticket(taker)?);
                 continue; // reload: the previous ticket holder has committed
             }
             current.settle(guard); // free, or we hold the ticket: see `Current::settle`
