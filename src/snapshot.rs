@@ -68,6 +68,17 @@ impl<A: Element, D: Dimension> Snapshot<A, D> {
         }
     }
 
+    /// Keeps `version` by the count the caller hands over (a write that built on it
+    /// unpinned, and returns it: `fetch_update`).
+    pub(crate) fn counted(version: VersionRef<A>) -> Self {
+        Self {
+            // SAFETY: as in `new`: the count, which the snapshot holds, keeps the version.
+            shown: unsafe { Shown::new(&version.data) },
+            version: NonNull::from(&*version),
+            _keep: Keep::Count(version),
+        }
+    }
+
     fn pinned(&self) -> Pinned<'_, A> {
         // SAFETY: the pointer came from a `Pinned` (so with its allocation's provenance), and
         // `_keep` keeps the version allocated and unreused until after `self` is dropped.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use loom::sync::mpsc;
 
-use common::{run_model, scalar, spawn_transfer, value};
+use common::{run_model, scalar, spawn_transfer, value, writes_get_their_versions_back};
 use loom::thread;
 use mvtensor::{CriticalSection, Error, Variable};
 
@@ -197,18 +197,7 @@ fn nothing_held_back_beside_an_execution(queued: Option<fn(&Variable<i64>)>) {
         let v = v.clone();
         thread::spawn(move || write(&v))
     });
-    for i in 1..=2 {
-        w.assign_add(&value(1)).unwrap();
-        for _ in 0..2 {
-            crossbeam_epoch::pin().flush(); // a grace step
-        }
-        assert_eq!(w.read()[[]], i);
-        assert_eq!(
-            w.stats().live_versions,
-            2,
-            "after write {i}: held back beside the execution"
-        );
-    }
+    writes_get_their_versions_back(&w, "the execution");
     done.send(()).unwrap();
     executing.join().unwrap();
     if let Some(plain) = plain {

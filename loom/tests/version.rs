@@ -5,10 +5,11 @@
 
 mod common;
 
-use common::{run_model, scalar, value};
+use common::{run_model, scalar, value, writes_get_their_versions_back};
 use loom::sync::atomic::{AtomicUsize, Ordering};
-use loom::sync::Arc;
+use loom::sync::{mpsc, Arc};
 use loom::thread;
+use ndarray::ArrayRef;
 
 /// A reader racing two commits sees versions in order, each with the value written at that
 /// version (never a pending or torn one), and its snapshot never changes.
@@ -172,6 +173,60 @@ fn a_lone_writer_reuses_two_versions() {
             assert_eq!(v.stats().live_versions, 2, "after write {i}");
         }
     });
+}
+
+/// An `update` (with `fetch`, a `fetch_update`) closure runs unpinned, whatever the
+/// variable's size (`src/variable/counted.rs`): while one waits inside its closure, another
+/// thread writing another variable gets every version back after two grace steps. A
+/// `fetch_update` returns the value its closure replaced, kept by the write's count of it:
+/// it stays as it is while two more writes of the variable go through the pool. When the
+/// closure was pinned (a small variable's, `fetch_update`'s always), the epoch could not
+/// pass it, and the other writer's versions piled up.
+fn nothing_held_back_beside_an_update(fetch: bool) {
+    let v = scalar(0);
+    let w = scalar(0);
+    let (inside, wait_inside) = mpsc::channel();
+    let (done, wait_done) = mpsc::channel::<()>();
+    let updating = {
+        let v = v.clone();
+        thread::spawn(move || {
+            let f = |x: &ArrayRef<i64, _>| {
+                inside.send(()).unwrap();
+                wait_done.recv().unwrap(); // until the writer is done
+                x + 1
+            };
+            if fetch {
+                let old = v.fetch_update(f).unwrap();
+                for _ in 0..2 {
+                    v.assign_add(&value(1)).unwrap();
+                    crossbeam_epoch::pin().flush();
+                }
+                assert_eq!((old[[]], old.version()), (0, 0), "the value replaced");
+            } else {
+                assert_eq!(v.update(f).unwrap(), 1);
+            }
+        })
+    };
+    wait_inside.recv().unwrap();
+    writes_get_their_versions_back(&w, "an update closure");
+    done.send(()).unwrap();
+    updating.join().unwrap();
+    assert_eq!(v.read()[[]], if fetch { 3 } else { 1 });
+}
+
+#[test]
+fn an_update_closure_holds_back_no_other_version() {
+    run_model("an_update_closure_holds_back_no_other_version", || {
+        nothing_held_back_beside_an_update(false)
+    });
+}
+
+#[test]
+fn a_fetch_update_closure_holds_back_no_other_version_and_keeps_the_value_it_replaced() {
+    run_model(
+        "a_fetch_update_closure_holds_back_no_other_version_and_keeps_the_value_it_replaced",
+        || nothing_held_back_beside_an_update(true),
+    );
 }
 
 /// Holds (`holds.rs`): a snapshot keeps its version after its pin has ended. The writer

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::limbo;
 use crate::running;
 use crate::sync::{epoch, yield_now};
-use crate::version::{Building, Version};
+use crate::version::{Building, Version, VersionRef};
 use crate::{Element, Variable};
 
 /// The most yields of one [`Inner::make_room`]: a few time slices of the descheduled
@@ -22,7 +22,8 @@ impl<A: Element> Inner<A> {
     /// Whether plain (not combined) writes keep the version they build on by a count,
     /// unpinned while they compute ([`Variable::write_counted`]): a large variable's do, and
     /// under loom and miri every variable's, so that the models and miri's checks cover the
-    /// path (`fetch_update` and combined passes of small variables keep the pinned one).
+    /// path (combined passes of small variables keep the pinned one). `update` and
+    /// `fetch_update` closures always run unpinned, whatever the size.
     pub(crate) fn writes_counted(&self) -> bool {
         self.large() || cfg!(mvtensor_loom) || cfg!(miri)
     }
@@ -38,8 +39,9 @@ impl<A: Element> Inner<A> {
     /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
     /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
-    /// A thread that is pinned already (holding a paged snapshot, or inside the closure of a
-    /// small variable's `update`) does not wait: its own pin would hold back what it waits
+    /// A thread that is pinned already (holding a paged snapshot, or inside the `update`
+    /// closure of a variable a section holds, which runs pinned once it has the ticket) does
+    /// not wait: its own pin would hold back what it waits
     /// for. Nor does a thread inside an execution (whose closure is not pinned): it holds its
     /// section's tickets, and the callers queued behind would wait with it. Combined writes
     /// do not need this: their waiters are not pinned, and one pass at a time allocates.
@@ -92,31 +94,47 @@ impl<A: Element> Variable<A> {
         }
     }
 
-    /// [`write`](Self::write) for a large variable, unpinned while `make` runs: the version
-    /// to build on is kept by a count instead, and the head is loaded again under a new pin
-    /// to publish (if it moved, `make` runs again on the newer version). Returns the new
-    /// version number.
+    /// [`write`](Self::write) unpinned while `make` runs (a large variable's writes, and
+    /// `update` closures of any size): the version to build on is kept by a count instead,
+    /// and the head is loaded again under a new pin to publish (if it moved, `make` runs
+    /// again on the newer version). Returns the new version number.
     ///
     /// A pin held across `make` (the tensor's pass, ~100 us for 1M f32) held back every
     /// version any thread retired meanwhile, and with more writers than cores the OS
-    /// deschedules writers mid-pass: 4 threads adding to ten tensors of 1-4 MiB on 2 cores
-    /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. A count
-    /// holds back only the version it counts, which the write replaces anyway.
+    /// deschedules writers mid-write: 4 threads adding to ten tensors of 1-4 MiB on 2 cores
+    /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. An
+    /// `update` closure is the caller's code and may take as long as it likes: one running
+    /// 20 ms closures on a 16-element variable cut two other threads' `fetch_add` on an
+    /// unrelated counter from 5.6 M/s to 0.36 M/s on 2 cores, with 16,000 versions of that
+    /// counter alive (`tests/long_update.rs`). A count holds back only the version it counts,
+    /// which the write replaces anyway.
     ///
     /// A queued variable (a critical section's) takes the pinned path once it holds the
     /// ticket (waited for unpinned), and the ticket's hand-over is `write`'s.
-    fn write_counted(
+    pub(super) fn write_counted(
+        &self,
+        taker: Taker,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<u64> {
+        // `base`'s count goes now, before the caller's `reclaim_now` looks for the version
+        // it replaced.
+        self.write_counted_from(taker, make).map(|(_, new)| new)
+    }
+
+    /// [`write_counted`](Self::write_counted), returning a count of the version it replaced
+    /// as well (`fetch_update`'s snapshot).
+    pub(super) fn write_counted_from(
         &self,
         taker: Taker,
         mut make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<(VersionRef<A>, u64)> {
         let inner = &*self.inner;
         if let Taker::Anyone = taker {
             running::check_not_updating(inner.id, &inner.name)?;
         }
         if inner.head.queued_hint() {
             // A section holds it: its ticket first, unpinned (`write_queued`).
-            return self.write_queued(taker, make);
+            return self.write_queued_from(taker, make);
         }
         let mut next = None;
         loop {
@@ -126,7 +144,7 @@ impl<A: Element> Variable<A> {
                 if current.queued() {
                     drop(next); // back to the pool
                     drop(guard); // the ticket is waited for unpinned
-                    return self.write_queued(taker, make);
+                    return self.write_queued_from(taker, make);
                 }
                 current.settle(&guard); // the variable is free: anyone may
                 (current.version.to_ref(), current.raw)
@@ -149,9 +167,7 @@ impl<A: Element> Variable<A> {
             match inner.head.publish(&current, building, &guard) {
                 Ok(installed) => {
                     inner.published(installed.number, installed.bytes());
-                    // `base`'s count goes now, before the caller's `reclaim_now` looks for
-                    // the version it replaced.
-                    return Ok(installed.number);
+                    return Ok((base, installed.number));
                 }
                 Err(lost) => {
                     inner.home.counters.cas_retried();

@@ -16,7 +16,7 @@ use crate::limbo::reclaim_now;
 use crate::running::{self, Inside, Running};
 use crate::sync::epoch;
 use crate::ticket::Ticket;
-use crate::version::{Building, Pinned, Version};
+use crate::version::{Building, Pinned, Version, VersionRef};
 use crate::{Element, Snapshot, Variable};
 
 impl<A: Element, D: Dimension> Variable<A, D> {
@@ -29,7 +29,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         let value = kernel::standard(value.into_dyn());
         self.inner.check_new_shape(value.shape())?;
         let mut value = Some(value);
-        self.erased().write_now(|_, next| {
+        self.erased().write_now(false, |_, next| {
             // A lost attempt's version keeps the value: only the first attempt moves it in.
             if let Some(value) = value.take() {
                 next.data = value;
@@ -92,6 +92,12 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// [`scaled_add`](Self::scaled_add) instead: concurrent ones are combined into one pass,
     /// where concurrent updates redo theirs (4 threads on a 1K f32 variable: ~1.4 us of CPU
     /// a write against ~0.3 us, a user's benchmark, 2026-11-27).
+    ///
+    /// `f` may take as long as it likes: it runs unpinned (the version it reads is kept by a
+    /// count), so it holds back no other version's reuse, by any thread. (Except on a
+    /// variable a critical section holds: the write then waits for the variable's ticket and
+    /// runs `f` pinned, as short as a section's turn should be.)
+    ///
     /// A write to this same variable from inside `f` returns [`Error::Reentrant`]: it would
     /// commit first, and make the update lose and run `f` again, forever.
     ///
@@ -116,7 +122,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         &self,
         f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<u64> {
-        self.erased().write_now(self.replace_with(f))
+        self.erased().write_now(true, self.replace_with(f))
     }
 
     /// Like [`update`](Self::update), but returns a snapshot of the version it replaced.
@@ -172,7 +178,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         let value = kernel::standard(value.into_dyn());
         self.inner.check_new_shape(value.shape())?;
         let mut value = Some(value);
-        self.erased().write_now(|cur, next| {
+        self.erased().write_now(false, |cur, next| {
             if cur.number != expected {
                 return Err(Error::VersionConflict {
                     variable: self.name().to_owned(),
@@ -212,44 +218,43 @@ impl<A: Element> Variable<A> {
     }
 
     fn apply_delta_alone(&self, delta: Delta<'_, A>) -> Result<u64> {
-        self.write_now(|cur, next| {
+        self.write_now(false, |cur, next| {
             delta.check(self.name(), cur.data.shape())?;
             kernel::apply(&cur.data, &[delta], &mut next.data);
             Ok(())
         })
     }
 
-    /// [`write`](Self::write) under a pin of its own; once unpinned, this thread hands the
-    /// version it replaced back to the pool if it is large and no reader holds it (see
-    /// [`reclaim_now`]). Returns the new version number.
+    /// [`write`](Self::write) under a pin of its own, or [`write_counted`] (unpinned while
+    /// `make` runs) for a large variable or where `closure` says `make` runs the caller's
+    /// code (an `update` closure, which may take as long as it likes); once unpinned, this
+    /// thread hands the version it replaced back to the pool if it is large and no reader
+    /// holds it (see [`reclaim_now`]). Returns the new version number.
+    ///
+    /// [`write_counted`]: Self::write_counted
     pub(super) fn write_now(
         &self,
+        closure: bool,
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
         self.inner.make_room();
-        let written = self.write_either(self.inner.writes_counted(), Taker::Anyone, make);
+        let counted = closure || self.inner.writes_counted();
+        let written = self.write_either(counted, Taker::Anyone, make);
         if reclaim_now() {
             self.inner.reclaimed();
         }
         written
     }
 
-    /// [`write`](Self::write), returning a snapshot of the version it replaced.
+    /// [`write_counted`](Self::write_counted) (`make` is an `update` closure, run unpinned),
+    /// returning a snapshot of the version it replaced, kept by the write's count of it.
     pub(super) fn fetch_write<D: Dimension>(
         &self,
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<Snapshot<A, D>> {
         self.inner.make_room();
-        // As `write_queued` does: the ticket before the pin.
-        let ticket = if self.inner.head.queued_hint() {
-            Some(self.take_ticket(Taker::Anyone)?)
-        } else {
-            None
-        };
-        let guard = epoch::pin();
-        let (old, _) = self.write(&guard, ticket, Taker::Anyone, make)?;
-        // `old` was the head while `guard` is pinned: reachable, so the snapshot may hold it.
-        Ok(Snapshot::new(old))
+        let (old, _) = self.write_counted_from(Taker::Anyone, make)?;
+        Ok(Snapshot::counted(old))
     }
 
     /// [`write`](Self::write) to a variable a critical section holds now: its ticket is
@@ -268,6 +273,21 @@ impl<A: Element> Variable<A> {
         let ticket = self.take_ticket(taker)?;
         self.write(&epoch::pin(), Some(ticket), taker, make)
             .map(|(_, new)| new)
+    }
+
+    /// [`write_queued`](Self::write_queued), returning a count of the version it replaced
+    /// (for [`write_counted_from`](Self::write_counted_from)).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn write_queued_from(
+        &self,
+        taker: Taker,
+        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
+    ) -> Result<(VersionRef<A>, u64)> {
+        let ticket = self.take_ticket(taker)?;
+        let guard = epoch::pin();
+        let (old, new) = self.write(&guard, Some(ticket), taker, make)?;
+        Ok((old.to_ref(), new))
     }
 
     /// Waits for the variable's ticket, unless this thread would wait for itself
@@ -391,7 +411,7 @@ impl<A: Element> Variable<A> {
         mut make: impl FnMut(&ndarray::ArrayD<A>, &mut ndarray::ArrayD<A>) -> R,
     ) -> Result<(R, u64)> {
         let mut made = None;
-        let version = self.write_now(|cur, next| {
+        let version = self.write_now(false, |cur, next| {
             made = Some(make(&cur.data, &mut next.data));
             Ok(())
         })?;

@@ -65,6 +65,25 @@ pub fn value(x: i64) -> ArrayD<i64> {
     arr0(x).into_dyn()
 }
 
+/// Two increments of `w` (holding `0`, written by nobody else), each followed by two grace
+/// steps: with nobody else pinned meanwhile, the version each replaced is back and `w` has
+/// two live versions after each, as a lone writer has (`version.rs`:
+/// `a_lone_writer_reuses_two_versions`). `beside` names what runs meanwhile.
+pub fn writes_get_their_versions_back(w: &Variable<i64>, beside: &str) {
+    for i in 1..=2 {
+        w.assign_add(&value(1)).unwrap();
+        for _ in 0..2 {
+            crossbeam_epoch::pin().flush(); // a grace step
+        }
+        assert_eq!(w.read()[[]], i);
+        assert_eq!(
+            w.stats().live_versions,
+            2,
+            "after write {i}: held back beside {beside}"
+        );
+    }
+}
+
 /// Spawns a thread that moves `amount` from `a` to `b` in one execution of a section over
 /// both (built here, before the spawn).
 pub fn spawn_transfer(a: &Variable<i64>, b: &Variable<i64>, amount: i64) -> JoinHandle<()> {
