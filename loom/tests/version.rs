@@ -9,6 +9,7 @@ use common::{run_model, scalar, value, writes_get_their_versions_back};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{mpsc, Arc};
 use loom::thread;
+use mvtensor::CriticalSection;
 use ndarray::ArrayRef;
 
 /// A reader racing two commits sees versions in order, each with the value written at that
@@ -181,10 +182,13 @@ fn a_lone_writer_reuses_two_versions() {
 /// `fetch_update` returns the value its closure replaced, kept by the write's count of it:
 /// it stays as it is while two more writes of the variable go through the pool. When the
 /// closure was pinned (a small variable's, `fetch_update`'s always), the epoch could not
-/// pass it, and the other writer's versions piled up.
-fn nothing_held_back_beside_an_update(fetch: bool) {
+/// pass it, and the other writer's versions piled up. With `queued`, a critical section
+/// holds the variable: the write runs its closure holding the variable's ticket, unpinned
+/// too (it was pinned once it had the ticket).
+fn nothing_held_back_beside_an_update(fetch: bool, queued: bool) {
     let v = scalar(0);
     let w = scalar(0);
+    let _section = queued.then(|| CriticalSection::builder().resource(&v).build().unwrap());
     let (inside, wait_inside) = mpsc::channel();
     let (done, wait_done) = mpsc::channel::<()>();
     let updating = {
@@ -217,15 +221,23 @@ fn nothing_held_back_beside_an_update(fetch: bool) {
 #[test]
 fn an_update_closure_holds_back_no_other_version() {
     run_model("an_update_closure_holds_back_no_other_version", || {
-        nothing_held_back_beside_an_update(false)
+        nothing_held_back_beside_an_update(false, false)
     });
+}
+
+#[test]
+fn an_update_closure_of_a_sections_variable_holds_back_no_other_version() {
+    run_model(
+        "an_update_closure_of_a_sections_variable_holds_back_no_other_version",
+        || nothing_held_back_beside_an_update(false, true),
+    );
 }
 
 #[test]
 fn a_fetch_update_closure_holds_back_no_other_version_and_keeps_the_value_it_replaced() {
     run_model(
         "a_fetch_update_closure_holds_back_no_other_version_and_keeps_the_value_it_replaced",
-        || nothing_held_back_beside_an_update(true),
+        || nothing_held_back_beside_an_update(true, false),
     );
 }
 

@@ -39,11 +39,10 @@ impl<A: Element> Inner<A> {
     /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
     /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
-    /// A thread that is pinned already (holding a paged snapshot, or inside the `update`
-    /// closure of a variable a section holds, which runs pinned once it has the ticket) does
-    /// not wait: its own pin would hold back what it waits
-    /// for. Nor does a thread inside an execution (whose closure is not pinned): it holds its
-    /// section's tickets, and the callers queued behind would wait with it. Combined writes
+    /// A thread that is pinned already (holding a paged snapshot) does not wait: its own pin
+    /// would hold back what it waits for. Nor does a thread inside an execution or an
+    /// `update` closure (neither is pinned): it may hold tickets, and the callers queued
+    /// behind would wait with it. Combined writes
     /// do not need this: their waiters are not pinned, and one pass at a time allocates.
     #[inline]
     pub(crate) fn make_room(&self) {
@@ -106,11 +105,12 @@ impl<A: Element> Variable<A> {
     /// `update` closure is the caller's code and may take as long as it likes: one running
     /// 20 ms closures on a 16-element variable cut two other threads' `fetch_add` on an
     /// unrelated counter from 5.6 M/s to 0.36 M/s on 2 cores, with 16,000 versions of that
-    /// counter alive (`tests/long_update.rs`). A count holds back only the version it counts,
+    /// counter alive (`tests/long_closures.rs`). A count holds back only the version it counts,
     /// which the write replaces anyway.
     ///
-    /// A queued variable (a critical section's) takes the pinned path once it holds the
-    /// ticket (waited for unpinned), and the ticket's hand-over is `write`'s.
+    /// A queued variable's (a critical section's) writer takes the variable's ticket first,
+    /// waiting unpinned, and keeps it until the version is published: the closure of a
+    /// section's variable runs unpinned too.
     pub(super) fn write_counted(
         &self,
         taker: Taker,
@@ -132,23 +132,28 @@ impl<A: Element> Variable<A> {
         if let Taker::Anyone = taker {
             running::check_not_updating(inner.id, &inner.name)?;
         }
+        // A section holds it: its ticket first, unpinned; it goes when this returns, after
+        // the publish (then the next holder may load our version).
+        let mut ticket = None;
         if inner.head.queued_hint() {
-            // A section holds it: its ticket first, unpinned (`write_queued`).
-            return self.write_queued_from(taker, make);
+            ticket = Some(self.take_ticket(taker)?);
         }
         let mut next = None;
         loop {
             let (base, raw) = {
                 let guard = epoch::pin();
                 let current = inner.head.current(&guard);
-                if current.queued() {
-                    drop(next); // back to the pool
-                    drop(guard); // the ticket is waited for unpinned
-                    return self.write_queued_from(taker, make);
+                if current.queued() && ticket.is_none() {
+                    // Queued since the look: the ticket is waited for unpinned.
+                    drop(next.take()); // back to the pool
+                    drop(guard);
+                    ticket = Some(self.take_ticket(taker)?);
+                    continue; // load again: the previous holder has committed
                 }
-                current.settle(&guard); // the variable is free: anyone may
+                current.settle(&guard); // free, or we hold the ticket: see `Current::settle`
                 (current.version.to_ref(), current.raw)
             };
+            let _inside = self.inside_queued_update(&ticket)?;
             let mut building = match next.take() {
                 Some(building) => building,
                 None => inner.building(&base.data, taker),

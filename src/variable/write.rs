@@ -16,7 +16,7 @@ use crate::limbo::reclaim_now;
 use crate::running::{self, Inside, Running};
 use crate::sync::epoch;
 use crate::ticket::Ticket;
-use crate::version::{Building, Pinned, Version, VersionRef};
+use crate::version::{Building, Pinned, Version};
 use crate::{Element, Snapshot, Variable};
 
 impl<A: Element, D: Dimension> Variable<A, D> {
@@ -94,9 +94,9 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// a write against ~0.3 us, a user's benchmark, 2026-11-27).
     ///
     /// `f` may take as long as it likes: it runs unpinned (the version it reads is kept by a
-    /// count), so it holds back no other version's reuse, by any thread. (Except on a
-    /// variable a critical section holds: the write then waits for the variable's ticket and
-    /// runs `f` pinned, as short as a section's turn should be.)
+    /// count), so it holds back no other version's reuse, by any thread. (On a variable a
+    /// critical section holds, the section's executions and other writers of the variable
+    /// wait for it: the write holds the variable's ticket while `f` runs.)
     ///
     /// A write to this same variable from inside `f` returns [`Error::Reentrant`]: it would
     /// commit first, and make the update lose and run `f` again, forever.
@@ -262,7 +262,9 @@ impl<A: Element> Variable<A> {
     /// it likes, and a writer waiting pinned would hold back every version retired
     /// meanwhile, by any thread (a plain write queued behind 20 ms executions cut another
     /// thread's `fetch_add` on an unrelated counter from ~7 M/s to ~0.17 M/s on 2 cores).
-    /// Out of line: the free variable's path pays only the look at the head's mark.
+    /// Out of line: the free variable's path pays only the look at the head's mark. (A
+    /// pinned write, for writes that run no closure of the caller's: a counted one keeps the
+    /// ticket itself, `write_counted`.)
     #[cold]
     #[inline(never)]
     pub(super) fn write_queued(
@@ -275,19 +277,20 @@ impl<A: Element> Variable<A> {
             .map(|(_, new)| new)
     }
 
-    /// [`write_queued`](Self::write_queued), returning a count of the version it replaced
-    /// (for [`write_counted_from`](Self::write_counted_from)).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn write_queued_from(
+    /// Marks this thread inside a queued variable's update while the write holds the
+    /// variable's ticket: `make` (an `update` closure) must not wait for another ticket.
+    pub(super) fn inside_queued_update(
         &self,
-        taker: Taker,
-        make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
-    ) -> Result<(VersionRef<A>, u64)> {
-        let ticket = self.take_ticket(taker)?;
-        let guard = epoch::pin();
-        let (old, new) = self.write(&guard, Some(ticket), taker, make)?;
-        Ok((old.to_ref(), new))
+        ticket: &Option<Ticket<'_>>,
+    ) -> Result<Option<Running<'_>>> {
+        ticket
+            .as_ref()
+            .map(|_| {
+                Running::enter(Inside::QueuedUpdate, &self.inner.name, || {
+                    format!("an update of `{}`", self.name()) // not reached: checked before
+                })
+            })
+            .transpose()
     }
 
     /// Waits for the variable's ticket, unless this thread would wait for itself
@@ -321,8 +324,7 @@ impl<A: Element> Variable<A> {
     /// `make` may run several times, on the same `Building` (what it left there from a lost
     /// attempt is still there).
     // Inlined into each caller (two call the same instance: `write_now`, and
-    // `write_counted` for a queued variable), as when it had one: ~45 instructions a
-    // `fetch_add` (callgrind).
+    // `write_queued`), as when it had one: ~45 instructions a `fetch_add` (callgrind).
     #[inline(always)]
     pub(super) fn write<'s, 'g>(
         &'s self,
@@ -347,15 +349,7 @@ impl<A: Element> Variable<A> {
                 continue; // reload: the previous ticket holder has committed
             }
             current.settle(guard); // free, or we hold the ticket: see `Current::settle`
-                                   // Holding the ticket, `make` (an `update` closure) must not wait for another.
-            let _inside = match ticket {
-                Some(_) => Some(Running::enter(
-                    Inside::QueuedUpdate,
-                    &inner.name,
-                    || format!("an update of `{}`", self.name()), // not reached: checked above
-                )?),
-                None => None,
-            };
+            let _inside = self.inside_queued_update(&ticket)?;
             let mut building = match next.take() {
                 Some(building) => building,
                 None => inner.building(&current.version.data, taker),
