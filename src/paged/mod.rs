@@ -86,9 +86,9 @@ use crate::Element;
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
 /// write pushes the epoch forward, so about three writes' worth), at most `3k + 8` spare
 /// pages, `k` being the pages the last write replaced, and at most `3n + 8` spare nodes, `n`
-/// being the nodes it replaced. An [`OwnedPagedSnapshot`] keeps its version's pages, and
-/// (versions are reused oldest first) the pages every later write replaced, until it is
-/// dropped: hold it for a checkpoint, not forever. [`stats`](Self::stats) counts pages.
+/// being the nodes it replaced. An [`OwnedPagedSnapshot`] keeps its version's pages (those
+/// later writes replaced: at most one more table) until it is dropped, and nothing the
+/// writes after it made. [`stats`](Self::stats) counts pages.
 ///
 /// **In a store.** A paged variable can be a [`Store`](crate::Store)'s member
 /// ([`Store::paged`](crate::Store::paged)): store snapshots show it at the same point of the

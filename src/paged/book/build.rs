@@ -55,7 +55,7 @@ impl<A: Element> Ledger<A> {
         }
         let pages = replaced
             .iter()
-            .filter(|p| matches!(p, Piece::Page(_)))
+            .filter(|p| matches!(p, Piece::Page(..)))
             .count();
         self.last_write = (pages, replaced.len() - pages);
         let back = self.tables.back_mut().expect("the head is kept");
@@ -91,7 +91,7 @@ impl<A: Element> Ledger<A> {
             // SAFETY: a page of one row has `width` elements; the fresh one and one this write
             // copied already are the new table's alone, and `was` is live and never written.
             unsafe {
-                match self.replace_page(slot, was, replaced) {
+                match self.replace_page(slot, was, row, replaced) {
                     Some(page) => zip_into(
                         std::slice::from_raw_parts_mut(page, width),
                         std::slice::from_raw_parts(was.cast::<A>(), width),
@@ -124,15 +124,15 @@ impl<A: Element> Ledger<A> {
         // SAFETY: as `replace_page` asks; `was` is live, `page_len` elements like the fresh
         // page, which is ours.
         unsafe {
-            if let Some(page) = self.replace_page(slot, was, replaced) {
+            if let Some(page) = self.replace_page(slot, was, p, replaced) {
                 ptr::copy_nonoverlapping(was.cast::<A>(), page, self.layout.page_len);
             }
         }
     }
 
     /// Puts a fresh page (contents stale, for the caller to fill) at `slot` if the new table
-    /// still shares the old one, `was`, which the write then replaced; `None` if the new
-    /// table has its own page there already.
+    /// still shares the old one, `was` (page `p`), which the write then replaced; `None` if
+    /// the new table has its own page there already.
     ///
     /// # Safety
     /// `slot` is a page's entry in a node the new table owns, `was` that page's entry in the
@@ -141,6 +141,7 @@ impl<A: Element> Ledger<A> {
         &mut self,
         slot: *mut Entry,
         was: Entry,
+        p: usize,
         replaced: &mut Vec<Piece<A>>,
     ) -> Option<*mut A> {
         // SAFETY: the caller's contract: the new table's node, ours to read and write.
@@ -149,7 +150,7 @@ impl<A: Element> Ledger<A> {
                 return None;
             }
             let page = self.page();
-            replaced.push(Piece::Page(was.cast()));
+            replaced.push(Piece::Page(was.cast(), p));
             *slot = page.cast();
             Some(page)
         }
@@ -178,7 +179,7 @@ impl<A: Element> Ledger<A> {
                 if *slot == was {
                     let node = self.node();
                     ptr::copy_nonoverlapping(was.cast::<Entry>(), node, fanout);
-                    replaced.push(Piece::Node(was.cast()));
+                    replaced.push(Piece::Node(was.cast(), p, levels - 1 - level));
                     *slot = node.cast();
                 }
                 let i = self.layout.slot(p, level);

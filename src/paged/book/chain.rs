@@ -20,9 +20,8 @@
 //! count is released once the book's grace clock says every walker pinned at the cut has
 //! unpinned. A table nobody counts any more gives its own link up at the writer's next reclaim,
 //! at once: a walker only stands on a table whose count it, or the link that led it there,
-//! keeps above zero. Since the book reuses tables oldest first, a link holds every newer
-//! table's replaced pages too, as an owned snapshot does: a few writes' worth, while a snapshot
-//! is in progress.
+//! keeps above zero. A link holds the pages of the table it counts, as an owned snapshot
+//! does (the tables between are reused, and what they alone reached).
 
 use std::ptr;
 use std::sync::Arc;

@@ -108,9 +108,9 @@ impl<A: Element> Drop for Ledger<A> {
             for piece in kept.last_used {
                 match piece {
                     // SAFETY: in one `last_used` only.
-                    Piece::Page(page) => unsafe { self.free_page(page) },
+                    Piece::Page(page, _) => unsafe { self.free_page(page) },
                     // SAFETY: as above.
-                    Piece::Node(node) => unsafe { free_node(node, self.layout.fanout) },
+                    Piece::Node(node, ..) => unsafe { free_node(node, self.layout.fanout) },
                 }
             }
             // SAFETY: a kept table came from `Box::into_raw`.
