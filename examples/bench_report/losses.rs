@@ -129,8 +129,11 @@ fn cost_why(row: &str) -> &'static str {
          the buffer it replaced back before returning."
     } else if row.starts_with("fetch_update") {
         "The closure returns a new `ArrayD`: an allocation, a free and ndarray's shape \
-         machinery per call, then the write path's fixed costs. The scalar API \
-         (`fetch_add`, next row) writes in place into a pooled version instead."
+         machinery per call, then the write path's fixed costs, and a count of the version \
+         the closure reads (two atomic read-modify-writes, ~5 ns), so that the closure runs \
+         unpinned: a closure may take as long as it likes, and pinned it held back every \
+         version any thread retired meanwhile (2026-11-27). The scalar API (`fetch_add`, \
+         next row) writes in place into a pooled version instead."
     } else if row.starts_with("fetch_add") {
         "No array per call, but the write path's fixed costs stay (callgrind: ~480 \
          instructions per call against ~11 for the lock): an epoch pin, a pool take (two \
