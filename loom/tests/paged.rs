@@ -83,20 +83,27 @@ fn an_owned_paged_snapshot_keeps_its_pages() {
 fn a_dropped_owned_snapshot_hands_its_pages_back() {
     run_model("a_dropped_owned_snapshot_hands_its_pages_back", || {
         let table = two_pages();
-        let reader = {
-            let table = table.clone();
-            thread::spawn(move || {
-                let held = table.read_owned();
-                let v = held.row(0).unwrap()[[0]];
-                assert_eq!(held.row(1).unwrap()[[0]], v, "half a write seen");
-            })
-        };
-        for _ in 0..3 {
-            add_both(&table);
-        }
-        reader.join().unwrap();
+        read_and_drop_beside_three_writes(&table);
         assert_eq!(table.read().to_array().sum(), 6);
     });
+}
+
+/// Another thread takes an owned snapshot, reads both rows (one whole version) and drops
+/// it, while this one writes three times.
+fn read_and_drop_beside_three_writes(table: &PagedVariable<i64>) {
+    let reader = {
+        let table = table.clone();
+        thread::spawn(move || {
+            let held = table.read_owned();
+            let v = held.row(0).unwrap()[[0]];
+            assert_eq!(held.row(1).unwrap()[[0]], v, "half a write seen");
+            assert_eq!(v, held.version() as i64);
+        })
+    };
+    for _ in 0..3 {
+        add_both(table);
+    }
+    reader.join().unwrap();
 }
 
 /// A table behind a held older one is reused once nobody counts it
@@ -111,19 +118,7 @@ fn a_table_behind_a_held_one_is_reused_once_dropped() {
         let table = two_pages();
         let oldest = table.read_owned();
         add_both(&table);
-        let reader = {
-            let table = table.clone();
-            thread::spawn(move || {
-                let held = table.read_owned();
-                let v = held.row(0).unwrap()[[0]];
-                assert_eq!(held.row(1).unwrap()[[0]], v, "half a write seen");
-                assert_eq!(v, held.version() as i64);
-            })
-        };
-        for _ in 0..3 {
-            add_both(&table);
-        }
-        reader.join().unwrap();
+        read_and_drop_beside_three_writes(&table);
         add_both(&table);
         assert_eq!(oldest.to_array().sum(), 0, "the held version changed");
         assert_eq!(table.read().to_array().sum(), 10);
