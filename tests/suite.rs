@@ -28,6 +28,7 @@ mod paged_section;
 mod paged_store;
 mod promises;
 mod queue;
+mod queued_updates;
 mod rayon;
 mod replicas;
 mod rewrite;

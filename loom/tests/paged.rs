@@ -55,7 +55,8 @@ fn a_paged_snapshot_survives_the_reuse_of_pages() {
 }
 
 /// An owned snapshot taken on another thread keeps its pages through later writes (its count
-/// holds the table, and every newer one, out of the book's reuse), and outlives the variable.
+/// holds the table, and the pages it reaches, out of the book's reuse), and outlives the
+/// variable.
 #[test]
 fn an_owned_paged_snapshot_keeps_its_pages() {
     run_model("an_owned_paged_snapshot_keeps_its_pages", || {

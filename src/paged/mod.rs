@@ -26,6 +26,9 @@ mod table;
 mod tests;
 
 #[cfg(all(test, mvtensor_loom))]
+#[path = "../tests/loom_paged_behind.rs"]
+mod loom_paged_behind;
+#[cfg(all(test, mvtensor_loom))]
 #[path = "../tests/loom_paged_release.rs"]
 mod loom_paged_release;
 #[cfg(all(test, mvtensor_loom))]

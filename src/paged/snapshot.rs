@@ -62,8 +62,8 @@ impl<A: Element> fmt::Debug for PagedSnapshot<A> {
 /// A counted view of one paged version, from
 /// [`read_owned`](crate::PagedVariable::read_owned): `Send + Sync`, cheap to clone, and it
 /// outlives its variable if need be. The version and the pages it reaches are kept until the
-/// last clone is dropped (and with them every newer version's replaced pages: see the
-/// memory bound in [`PagedVariable`](crate::PagedVariable)).
+/// last clone is dropped, and nothing newer versions made (see the memory bound in
+/// [`PagedVariable`](crate::PagedVariable)).
 pub struct OwnedPagedSnapshot<A: Element> {
     table: NonNull<PagedTable<A>>,
 }

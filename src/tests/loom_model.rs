@@ -34,6 +34,26 @@ pub(crate) fn run_model_at_least(name: &str, min: usize, f: impl Fn() + Sync + S
     run_model_within(name, min, |bound| bound.max(min), f);
 }
 
+/// [`run_model`], with at least `branches` branches an execution (loom's default is 1,000;
+/// `LOOM_MAX_BRANCHES` may ask for more): for a model of many writes, each with its epoch
+/// flushes.
+pub(crate) fn run_model_branching(
+    name: &str,
+    branches: usize,
+    f: impl Fn() + Sync + Send + 'static,
+) {
+    run_model_on(
+        loom::model::Builder::new(),
+        name,
+        usize::MAX,
+        |b| b,
+        |builder| {
+            builder.max_branches = builder.max_branches.max(branches);
+        },
+        f,
+    );
+}
+
 /// Runs the model at `choose(asked bound)`, saying so when that is not the bound asked.
 fn run_model_within(
     name: &str,
@@ -41,7 +61,19 @@ fn run_model_within(
     choose: impl Fn(usize) -> usize,
     f: impl Fn() + Sync + Send + 'static,
 ) {
-    let mut builder = loom::model::Builder::new();
+    run_model_on(loom::model::Builder::new(), name, limit, choose, |_| {}, f);
+}
+
+/// [`run_model_within`] on `builder`, adjusted by `tweak`.
+fn run_model_on(
+    mut builder: loom::model::Builder,
+    name: &str,
+    limit: usize,
+    choose: impl Fn(usize) -> usize,
+    tweak: impl FnOnce(&mut loom::model::Builder),
+    f: impl Fn() + Sync + Send + 'static,
+) {
+    tweak(&mut builder);
     let bound = builder.preemption_bound.unwrap_or(2);
     if choose(bound) != bound {
         eprintln!("model {name}: preemption bound {bound} asked, {limit} is this model's limit");
