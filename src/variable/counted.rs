@@ -104,7 +104,7 @@ impl<A: Element> Variable<A> {
     /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. An
     /// `update` closure is the caller's code and may take as long as it likes: one running
     /// 20 ms closures on a 16-element variable cut two other threads' `fetch_add` on an
-    /// unrelated counter from 5.6 M/s to 0.36 M/s on 2 cores, with 16,000 versions of that
+    /// unrelated counter from 5.6 M/s to 0.36 M/s on 2 cores, with 16,481 versions of that
     /// counter alive (`tests/long_closures.rs`). A count holds back only the version it counts,
     /// which the write replaces anyway.
     ///
