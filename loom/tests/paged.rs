@@ -108,7 +108,7 @@ fn read_and_drop_beside_three_writes(table: &PagedVariable<i64>) {
 }
 
 /// A table behind a held older one is reused once nobody counts it
-/// (`Ledger::reclaim_behind_the_oldest`): the writer holds version 0 throughout, while a
+/// (`Ledger::reclaim`): the writer holds version 0 throughout, while a
 /// reader on another thread takes a newer version, reads it and drops it; the writes after
 /// reuse its table and the pages the held one does not reach only after that drop (the
 /// count's Release, the book's Acquire: the table's handoff marker checks the reader's last

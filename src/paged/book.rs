@@ -188,72 +188,34 @@ impl<A: Element> Book<A> {
 }
 
 impl<A: Element> Ledger<A> {
-    /// Reuses every table whose count is zero, with the nodes and pages it was last to use
-    /// that no older table still kept reaches; then trims the spares.
+    /// Reuses every table whose count is zero, the head excepted, with the nodes and pages it
+    /// was last to use that no older table still kept reaches (those pass to the kept table
+    /// before it); then trims the spares.
+    ///
+    /// Not only the oldest: reused oldest first only, a table held for the length of a save
+    /// (an owned snapshot's, a checkpoint's) kept every page, node and root that every write
+    /// made meanwhile replaced: 36 MiB of pages over a 24 MiB table after 200 ms, and writes
+    /// ~10x slower for the allocations (100,000 x 64 f32, 32 rows a write). Now a held table
+    /// keeps its own pages and nothing else.
+    ///
+    /// A piece of the reused table `j` is used by versions `k..=j` (made by write `k`,
+    /// replaced by write `j + 1`). The kept table before it, `i < j`, reaches it exactly
+    /// when `i >= k`; if it does not (or there is none), no older table does, and the tables
+    /// between `i` and `j` are reused already (uncounted): no live table reaches it.
     pub(crate) fn reclaim(&mut self) {
         self.release_heads();
         self.release_links();
-        while self.tables.len() > 1 {
-            let front = self.tables.front().expect("len > 1");
-            // SAFETY: kept tables are alive (the book owns them).
-            // Acquire: pairs with the Release decrement of its last holder, whose reads of
-            // the table's pages then happen-before we reuse them.
-            if unsafe { &*front.table }.refs.load(Ordering::Acquire) != 0 {
-                break;
-            }
-            // Its head count was released (it is zero), so it was counted there.
-            self.heads_released -= 1;
-            let Kept {
-                table,
-                mut last_used,
-                ..
-            } = self.tables.pop_front().expect("len > 1");
-            for piece in last_used.drain(..) {
-                self.spare(piece);
-            }
-            self.spare_lists.push(last_used);
-            // SAFETY: a kept table came from `Box::into_raw`, and nobody reaches it now.
-            self.spare_tables.push(unsafe { Box::from_raw(table) });
-        }
-        self.reclaim_behind_the_oldest();
-        let keep = 3 * self.last_write.0 + 8;
-        while self.spare_pages.len() > keep {
-            let page = self.spare_pages.pop().expect("len > keep");
-            // SAFETY: a spare page is ours alone.
-            unsafe { self.free_page(page) };
-        }
-        let keep = 3 * self.last_write.1 + 8;
-        while self.spare_nodes.len() > keep {
-            let node = self.spare_nodes.pop().expect("len > keep");
-            // SAFETY: as above.
-            unsafe { free_node(node, self.layout.fanout) };
-        }
-        self.spare_tables.truncate(SPARE_TABLES);
-        self.spare_lists.truncate(SPARE_TABLES);
-    }
-
-    /// Reuses every uncounted table behind a counted older one (an owned snapshot's, kept for
-    /// a checkpoint say), newest but the head included: each of its nodes and pages that the
-    /// kept table before it reaches passes to that table's `last_used`, the rest are spare.
-    /// Oldest first only, a table held for the length of a save kept every page, node and
-    /// root that every write made meanwhile replaced: 36 MiB of pages over a 24 MiB table
-    /// after 200 ms, and writes ~10x slower for the allocations (100,000 x 64 f32, 32 rows
-    /// a write). Now a held table keeps its own pages and nothing else.
-    ///
-    /// A piece of the removed table `j` is used by versions `k..=j` (made by write `k`,
-    /// replaced by write `j + 1`). The kept table before it, `i < j`, reaches it exactly
-    /// when `i >= k`; if it does not, no older table does, and the tables between `i` and
-    /// `j` are reused already (uncounted): no live table reaches it.
-    fn reclaim_behind_the_oldest(&mut self) {
-        let mut j = 1;
+        let mut j = 0;
         while j + 1 < self.tables.len() {
-            // SAFETY: kept tables are alive.
+            // SAFETY: kept tables are alive (the book owns them).
             let kept = unsafe { &*self.tables[j].table };
-            // Acquire: as in `reclaim`. A table whose count went to zero after
-            // `release_links` looked still has its link (and is on `linked`): it waits for
-            // the next reclaim, which gives the link up first (reused with it, the link's
-            // count of an older table leaked, and `linked` kept a table it no longer owned:
-            // an independent review, `loom_paged_behind`). Relaxed: only we set links.
+            // Acquire: pairs with the Release decrement of its last holder, whose reads of
+            // the table's pages then happen-before we reuse them. A table whose count went
+            // to zero after `release_links` looked still has its link (and is on `linked`):
+            // it waits for the next reclaim, which gives the link up first (reused with it,
+            // the link's count of an older table leaked, and `linked` kept a table it no
+            // longer owned: an independent review, `loom_paged_behind`). Relaxed: only we
+            // set links.
             if kept.refs.load(Ordering::Acquire) != 0
                 || !kept.prev.load(Ordering::Relaxed).is_null()
             {
@@ -268,20 +230,34 @@ impl<A: Element> Ledger<A> {
                 mut last_used,
                 ..
             } = self.tables.remove(j).expect("j < len");
-            // SAFETY: kept, so every node on its paths is live (we free nothing it reaches).
-            let before = unsafe { &*self.tables[j - 1].table };
             for piece in last_used.drain(..) {
-                // SAFETY: `before` is kept.
-                if unsafe { piece.in_table(before) } {
-                    self.tables[j - 1].last_used.push(piece);
-                } else {
-                    self.spare(piece);
+                match j.checked_sub(1) {
+                    // SAFETY: kept, so every node on its paths is live (nothing it reaches
+                    // is reused).
+                    Some(i) if unsafe { piece.in_table(&*self.tables[i].table) } => {
+                        self.tables[i].last_used.push(piece);
+                    }
+                    _ => self.spare(piece),
                 }
             }
             self.spare_lists.push(last_used);
             // SAFETY: a kept table came from `Box::into_raw`, and nobody reaches it now.
             self.spare_tables.push(unsafe { Box::from_raw(table) });
         }
+        let keep = 3 * self.last_write.0 + 8;
+        while self.spare_pages.len() > keep {
+            let page = self.spare_pages.pop().expect("len > keep");
+            // SAFETY: a spare page is ours alone.
+            unsafe { self.free_page(page) };
+        }
+        let keep = 3 * self.last_write.1 + 8;
+        while self.spare_nodes.len() > keep {
+            let node = self.spare_nodes.pop().expect("len > keep");
+            // SAFETY: as above.
+            unsafe { free_node(node, self.layout.fanout) };
+        }
+        self.spare_tables.truncate(SPARE_TABLES);
+        self.spare_lists.truncate(SPARE_TABLES);
     }
 
     /// A piece no live table reaches, for the next writes.
