@@ -210,12 +210,12 @@ impl<A: Element> Ledger<A> {
             // SAFETY: kept tables are alive (the book owns them).
             let kept = unsafe { &*self.tables[j].table };
             // Acquire: pairs with the Release decrement of its last holder, whose reads of
-            // the table's pages then happen-before we reuse them. A table whose count went
-            // to zero after `release_links` looked still has its link (and is on `linked`):
-            // it waits for the next reclaim, which gives the link up first (reused with it,
-            // the link's count of an older table leaked, and `linked` kept a table it no
-            // longer owned: an independent review, `loom_paged_behind`). Relaxed: only we
-            // set links.
+            // the table's pages then happen-before we reuse them (`loom_paged_reuse`). A
+            // table whose count went to zero after `release_links` looked still has its link
+            // (and is on `linked`): it waits for the next reclaim, which gives the link up
+            // first (reused with it, the link's count of an older table leaked, and `linked`
+            // kept a table it no longer owned: an independent review, `loom_paged_behind`).
+            // Relaxed: only we set links.
             if kept.refs.load(Ordering::Acquire) != 0
                 || !kept.prev.load(Ordering::Relaxed).is_null()
             {

@@ -32,6 +32,9 @@ mod loom_paged_behind;
 #[path = "../tests/loom_paged_release.rs"]
 mod loom_paged_release;
 #[cfg(all(test, mvtensor_loom))]
+#[path = "../tests/loom_paged_reuse.rs"]
+mod loom_paged_reuse;
+#[cfg(all(test, mvtensor_loom))]
 #[path = "../tests/loom_paged_settle.rs"]
 mod loom_paged_settle;
 
