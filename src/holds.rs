@@ -23,6 +23,10 @@
 //! to whoever releases the last count (it can be Relaxed), and a version that nobody holds
 //! then can never be held again: counts never climb back from zero.
 //!
+//! A [`PagedSnapshot`](crate::PagedSnapshot) holds its table the same way: the table's last
+//! count is released through `paged::book::release_with`, which looks at the slots first and
+//! parks a held table on the same list (a table's first field is a [`Link`] too).
+//!
 //! Each thread owns a block of [`SLOTS`] slots on a global list that never shrinks (a block
 //! goes back to the list when its thread exits holding nothing, for the next new thread). A
 //! thread that holds more snapshots at once than it has slots counts the rest on their
@@ -320,6 +324,18 @@ impl Held {
         }
         found
     }
+}
+
+/// Whether a slot holds `version` now: [`Held::now`]`.contains`, for one version, without
+/// building the array (a paged write releases one table's last count per write).
+pub(crate) fn is_held(version: *const ()) -> bool {
+    registry().blocks().any(|block| {
+        block
+            .slots
+            .iter()
+            // Acquire: as in `for_each_hold`.
+            .any(|slot| slot.load(Ordering::Acquire).cast_const() == version)
+    })
 }
 
 /// Calls `f` with every version a slot holds now.

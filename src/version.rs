@@ -222,7 +222,7 @@ impl<A: Element> Version<A> {
                 // count never comes back from zero.
                 let is_held = match held {
                     Some(held) => held.contains(ptr.cast()),
-                    None => Held::now().contains(ptr.cast()),
+                    None => holds::is_held(ptr.cast()),
                 };
                 if is_held {
                     // SAFETY: our count goes to the held list with the version.

@@ -347,6 +347,7 @@ impl<A: Element> Ledger<A> {
     fn table(&mut self, number: u64) -> *mut PagedTable<A> {
         let mut table = self.spare_tables.pop().unwrap_or_else(|| {
             Box::new(PagedTable {
+                link: Link::counted::<PagedTable<A>>(free::release_link::<A>),
                 number: 0,
                 record: Record::committed_at(0),
                 prev: AtomicPtr::new(ptr::null_mut()),

@@ -8,6 +8,7 @@ use super::book;
 use super::{Inner, PagedSnapshot, PagedTable};
 use crate::combine::Publish;
 use crate::help::Helpers;
+use crate::holds;
 use crate::kernel::Delta;
 use crate::pool::free_orphans;
 use crate::record::CommitRecord;
@@ -73,6 +74,9 @@ impl<A: Element> Inner<A> {
         self.head.swap(new, Ordering::AcqRel);
         book.retire_head(&epoch::pin());
         free_orphans();
+        // Tables (or versions) whose last count met a snapshot's hold: a program that only
+        // writes paged variables must look again too.
+        holds::recheck();
         version
     }
 

@@ -92,9 +92,10 @@ use crate::Element;
 /// its last few writes replaced while they wait out crossbeam-epoch's grace period (each
 /// write pushes the epoch forward, so about three writes' worth), at most `3k + 8` spare
 /// pages, `k` being the pages the last write replaced, and at most `3n + 8` spare nodes, `n`
-/// being the nodes it replaced. An [`OwnedPagedSnapshot`] keeps its version's pages (those
-/// later writes replaced: at most one more table) until it is dropped, and nothing the
-/// writes after it made. [`stats`](Self::stats) counts pages.
+/// being the nodes it replaced. A snapshot ([`PagedSnapshot`] or [`OwnedPagedSnapshot`])
+/// keeps its version's pages (those later writes replaced: at most one more table) until it
+/// is dropped, and nothing the writes after it made, of this variable or any other: neither
+/// pins the epoch while it lives. [`stats`](Self::stats) counts pages.
 ///
 /// **In a store.** A paged variable can be a [`Store`](crate::Store)'s member
 /// ([`Store::paged`](crate::Store::paged)): store snapshots show it at the same point of the
@@ -174,12 +175,15 @@ impl<A: Element> PagedVariable<A> {
         &self.inner.layout.shape
     }
 
-    /// The current value: wait-free (a pin and one load), and it never changes.
+    /// The current value: wait-free (a pin, one load and a store to one of this thread's
+    /// hold slots), and it never changes. It may be kept across a step: it holds its own
+    /// table and nothing else (see [`PagedSnapshot`]).
     pub fn read(&self) -> PagedSnapshot<A> {
         self.inner.read()
     }
 
-    /// The current value, held by a count instead of a pin (see [`OwnedPagedSnapshot`]).
+    /// The current value, held by a count instead of a hold slot: `Send` and `Sync` (see
+    /// [`OwnedPagedSnapshot`]).
     pub fn read_owned(&self) -> OwnedPagedSnapshot<A> {
         self.read().to_owned_snapshot()
     }

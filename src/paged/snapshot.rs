@@ -1,54 +1,84 @@
-//! Immutable views of one paged version: [`PagedSnapshot`] (pinned, for short reads) and
-//! [`OwnedPagedSnapshot`] (counted, for long ones). Both dereference to [`PagedTable`].
+//! Immutable views of one paged version: [`PagedSnapshot`] (held in a slot of its thread)
+//! and [`OwnedPagedSnapshot`] (counted: `Send`, `Sync`, cloneable). Both dereference to [`PagedTable`].
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
 use super::book;
 use super::table::PagedTable;
+use crate::holds::{self, Hold};
 use crate::sync::{epoch, Ordering};
 use crate::Element;
 
-/// A short-lived, wait-free view of one version of a [`PagedVariable`](crate::PagedVariable),
-/// from [`read`](crate::PagedVariable::read). It never changes, whatever writers do; it
+/// A wait-free view of one version of a [`PagedVariable`](crate::PagedVariable), from
+/// [`read`](crate::PagedVariable::read). It never changes, whatever writers do; it
 /// dereferences to [`PagedTable`] (`row`, `gather`, `rows`, `to_array`).
 ///
-/// As with [`Snapshot`](crate::Snapshot), the thread stays pinned while it lives, which
-/// delays the reuse of every version retired meanwhile: keep it for a read, and use
-/// [`to_owned_snapshot`](Self::to_owned_snapshot) or
-/// [`read_owned`](crate::PagedVariable::read_owned) for anything longer. Neither `Send`
-/// nor `Sync`: the pin belongs to its thread.
-#[must_use = "a snapshot only pins the epoch until it is dropped"]
+/// As with [`Snapshot`](crate::Snapshot), it keeps its version in one of its thread's hold
+/// slots, not by a pin: held across a trainer's step, it keeps its own table (and the pages
+/// writes replace meanwhile) and nothing any other variable retires. A thread holding more
+/// snapshots at once than it has slots (eight) counts the rest on their tables, as
+/// [`to_owned_snapshot`](Self::to_owned_snapshot) does. Neither `Send` nor `Sync`: the slot
+/// belongs to its thread; an [`OwnedPagedSnapshot`] is both.
+#[must_use = "a snapshot keeps its version until it is dropped"]
 pub struct PagedSnapshot<A: Element> {
     table: NonNull<PagedTable<A>>,
-    _guard: epoch::Guard,
+    /// This thread's slot that holds the table, cleared as it drops; `None`: we own a count.
+    hold: Option<Hold>,
+    /// A hold belongs to its thread, and so does a snapshot that counts (for one API).
+    _thread: PhantomData<*const ()>,
 }
 
 impl<A: Element> PagedSnapshot<A> {
-    /// Wraps the table loaded from a variable's head while `guard` was pinned.
+    /// Keeps `table`, loaded from a variable's head (or its pending `prev`) while `guard`
+    /// was pinned, in a hold slot of this thread or by a count; the pin then goes.
     pub(crate) fn new(table: NonNull<PagedTable<A>>, guard: epoch::Guard) -> Self {
-        // SAFETY: reachable from the head while `guard` is pinned (see `deref`).
-        unsafe { table.as_ref() }.handoff.look();
+        // SAFETY: reachable from the head while `guard` is pinned.
+        let t = unsafe { table.as_ref() };
+        t.handoff.look();
+        let hold = holds::hold(table.as_ptr().cast_const().cast());
+        if hold.is_none() {
+            // Relaxed: reachable while we are pinned, so counted until we unpin; a new count
+            // only has to exist.
+            t.refs.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(guard);
         Self {
             table,
-            _guard: guard,
+            hold,
+            _thread: PhantomData,
         }
     }
 
-    /// The same version, held by a count instead of a pin: `Send`, `Sync`, and kept for as
+    /// The same version, held by a count instead of a slot: `Send`, `Sync`, and kept for as
     /// long as it lives without holding back the reuse of any other version.
     pub fn to_owned_snapshot(&self) -> OwnedPagedSnapshot<A> {
-        // SAFETY: reachable from the head while our pin lives.
+        // SAFETY: we keep the table (a hold or a count).
         unsafe { OwnedPagedSnapshot::count(self.table) }
+    }
+}
+
+impl<A: Element> Drop for PagedSnapshot<A> {
+    fn drop(&mut self) {
+        // Our last use of the pages, ordered before any reuse (the hold's clearing Release,
+        // or the count's).
+        self.handoff.look();
+        if self.hold.is_none() {
+            // SAFETY: the count `new` took, given up once.
+            unsafe { book::release(self.table.as_ptr()) };
+        }
+        // A hold clears its slot as `hold` drops, after this.
     }
 }
 
 impl<A: Element> Deref for PagedSnapshot<A> {
     type Target = PagedTable<A>;
     fn deref(&self) -> &PagedTable<A> {
-        // SAFETY: the table was reachable from its variable while `_guard` was pinned; its
-        // head count is released through the epoch, so it lives until after we unpin.
+        // SAFETY: the table was reachable from its variable while we were pinned, and its
+        // last count, released after that pin, met our hold (the release then keeps it on
+        // the held list) or ours (`Keep::Count`): it lives, unchanged, until we drop.
         unsafe { self.table.as_ref() }
     }
 }
@@ -79,7 +109,10 @@ impl<A: Element> OwnedPagedSnapshot<A> {
     /// # Safety
     /// The caller is pinned, and reached `table` from its variable's head, or through the link
     /// of a table whose count stays above zero while the caller stands on it, while pinned
-    /// (see `TableAt`'s walk): so the count is above zero until the caller unpins.
+    /// (see `TableAt`'s walk): so the count is above zero until the caller unpins. Or the
+    /// caller keeps the table (a [`PagedSnapshot`]'s hold or count): a held table's last
+    /// count waits on the held list, and the release that would take it to zero looks at
+    /// the holds first and fails its compare-and-swap if this count came in between.
     pub(crate) unsafe fn count(table: NonNull<PagedTable<A>>) -> Self {
         // SAFETY: the caller's contract.
         let t = unsafe { table.as_ref() };

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::error::{check_indices, check_setting, Result};
+use crate::pool::Link;
 use crate::record::Record;
 use crate::sync::{AtomicPtr, AtomicUsize, Handoff};
 use crate::Element;
@@ -39,7 +40,11 @@ use super::layout::{Entry, Layout, Page, GROUP};
 /// Rows are read where they are ([`row`](Self::row)) or copied out
 /// ([`gather`](Self::gather), [`rows`](Self::rows)); the whole tensor as one ndarray is
 /// [`to_array`](Self::to_array), an explicit copy.
+#[repr(C)] // `link` first: the held list holds tables by it
 pub struct PagedTable<A: Element> {
+    /// For the held list ([`holds`](crate::holds)): a table whose last count met a
+    /// [`PagedSnapshot`](crate::PagedSnapshot)'s hold waits there, that count kept.
+    pub(crate) link: Link,
     pub(crate) number: u64,
     /// When the write that built it commits (see [`record`](crate::record)): committed as
     /// it is published for a write of this variable alone (the clock's value read before);
@@ -52,7 +57,8 @@ pub struct PagedTable<A: Element> {
     /// `layout.root_len` entries: the top level's nodes.
     pub(crate) root: Box<[Entry]>,
     /// The head's link (kept by the book after a write replaces it, until its grace tick has
-    /// run), each owned snapshot, and each newer table's `prev` link to it.
+    /// run), each owned snapshot, each newer table's `prev` link to it, and while the held
+    /// list has it, the last of these (`book::release_with`).
     pub(crate) refs: AtomicUsize,
     /// The book that owns this table's pages (see `book::release`); set once.
     pub(crate) book: *const super::book::Book<A>,

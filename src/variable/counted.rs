@@ -39,8 +39,8 @@ impl<A: Element> Inner<A> {
     /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
     /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
     /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
-    /// A thread that is pinned already (holding a paged snapshot) does not wait: its own pin
-    /// would hold back what it waits for. Nor does a thread inside an execution or an
+    /// A thread that is pinned already (a guard of crossbeam-epoch's the caller holds; no
+    /// snapshot pins) does not wait: its own pin would hold back what it waits for. Nor does a thread inside an execution or an
     /// `update` closure (neither is pinned): it may hold tickets, and the callers queued
     /// behind would wait with it. Combined writes
     /// do not need this: their waiters are not pinned, and one pass at a time allocates.

@@ -32,6 +32,17 @@ pub fn run_model_at_most(name: &str, max: usize, f: impl Fn() + Sync + Send + 's
     check(name, builder, f);
 }
 
+/// [`run_model`] for a model of many writes, whose executions take more than loom's default
+/// number of branches (each write's release looks at every hold slot: `holds::is_held`).
+pub fn run_model_branching(name: &str, branches: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.max_branches = builder.max_branches.max(branches);
+    check(name, builder, f);
+}
+
 fn check(name: &str, builder: loom::model::Builder, f: impl Fn() + Sync + Send + 'static) {
     eprintln!(
         "model {name}: preemption bound {:?}",

@@ -5,6 +5,7 @@
 use std::ptr;
 
 use super::{Book, Ledger, Piece};
+use crate::holds::{self, Held};
 use crate::paged::layout::{Entry, Node, Page};
 use crate::paged::table::PagedTable;
 use crate::pool::{orphan, Link};
@@ -51,28 +52,82 @@ pub(super) unsafe fn free_node(node: Node, fanout: usize) {
     drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(node, fanout)) });
 }
 
-/// Drops one count of `table`; the last count of the last table of a dropped variable hands
-/// its book to the orphan list. Never frees anything itself.
+/// Drops one count of `table`; the last one goes back to the writer (which reuses the table
+/// once it sees the count at zero), unless a [`PagedSnapshot`](crate::PagedSnapshot) holds
+/// the table: then the count stays, on the held list ([`holds`]). The last count of the last
+/// table of a dropped variable hands its book to the orphan list. Never frees anything itself.
 ///
 /// # Safety
 /// The caller owns one count of `table`, and gives it up.
 pub(crate) unsafe fn release<A: Element>(table: *const PagedTable<A>) {
+    // SAFETY: the caller's contract.
+    unsafe { release_with(table, None) }
+}
+
+/// [`release`], checking holds against `held` if given (read after the table became
+/// unreachable: the held list's recheck).
+///
+/// # Safety
+/// As for [`release`]; and `held`, if given, was read after the table became unreachable.
+pub(crate) unsafe fn release_with<A: Element>(table: *const PagedTable<A>, held: Option<&Held>) {
     // Read before the decrement: once the count is zero the writer may reuse the table. The
     // book outlives this call: our count keeps it among the book's holders until below.
     // SAFETY: our count keeps the table alive until the decrement.
-    let book = unsafe { (*table).book };
-    // AcqRel. Release: our reads of the table happen-before the writer that sees zero
-    // reuses it. Acquire, for the decrement that takes it to zero: every other holder's
-    // reads of the table happen-before ours, and so before whoever frees the book after our
-    // `let_go` (what `Arc::drop` does with a fence; ThreadSanitizer sees an RMW's Acquire, not
-    // a fence's: with a fence it reported a page read by a dropped owned snapshot as racing
-    // with the book's free). Not a later load of `refs`: once it is zero the writer may reuse
-    // the table and store a new count, which would not carry the holders' Release.
-    // SAFETY: as above.
-    if unsafe { &*table }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-        // SAFETY: `book` is alive while it counts this table among its holders.
-        unsafe { let_go(book) };
+    let (book, refs) = unsafe { ((*table).book, &(*table).refs) };
+    // Acquire (here and on every failure): if ours turns out to be the last count, every
+    // other holder's Release decrement, and the holds made before it, happen-before our
+    // look at the holds.
+    let mut now = refs.load(Ordering::Acquire);
+    loop {
+        if now > 1 {
+            // Release: our reads of the table happen-before the last holder's Acquire, and
+            // so before the writer's reuse.
+            match refs.compare_exchange_weak(now, now - 1, Ordering::Release, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(seen) => now = seen,
+            }
+            continue;
+        }
+        debug_assert_eq!(now, 1, "a released table has our count");
+        // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`). Look for
+        // holds *before* letting it reach zero, as `Version::release_with` does: a table
+        // found unheld cannot be held again (holds are made only on reachable tables, and
+        // the last count goes only after the grace period of every thread pinned while the
+        // table was reachable), so a count never comes back from zero.
+        let is_held = match held {
+            Some(held) => held.contains(table.cast()),
+            None => holds::is_held(table.cast()),
+        };
+        if is_held {
+            // SAFETY: our count goes to the held list with the table; `link` is its first
+            // field, unused while the table is counted.
+            unsafe { holds::keep_held(table.cast_mut().cast::<Link>()) };
+            return;
+        }
+        // AcqRel. Release: our reads of the table happen-before the writer that sees zero
+        // reuses it. Acquire: every other holder's reads happen-before ours, and so before
+        // whoever frees the book after our `let_go` (an RMW's Acquire, which ThreadSanitizer
+        // sees, not a fence's: with a fence it reported a page read by a dropped owned
+        // snapshot as racing with the book's free). Not a later load of `refs`: once it is
+        // zero the writer may reuse the table and store a new count, which would not carry
+        // the holders' Release. Acquire on failure: a holder added a count; round again.
+        match refs.compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(seen) => now = seen,
+        }
     }
+    // SAFETY: `book` is alive while it counts this table among its holders.
+    unsafe { let_go(book) };
+}
+
+/// The held list's release of a table ([`Link::release`]).
+///
+/// # Safety
+/// `link` is a `PagedTable<A>`'s, whose count the caller owns and gives up; `held` was read
+/// after the table became unreachable.
+pub(super) unsafe fn release_link<A: Element>(link: *mut Link, held: &Held) {
+    // SAFETY: the caller's contract; `link` is the table's first field (`repr(C)`).
+    unsafe { release_with(link.cast_const().cast::<PagedTable<A>>(), Some(held)) }
 }
 
 /// Drops one of the book's holders; the last hands the book to the orphan list.
