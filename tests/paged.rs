@@ -255,3 +255,54 @@ fn an_owned_snapshot_outlives_its_variable() {
         .unwrap();
     assert_eq!(sum, 100.0);
 }
+
+/// One thread keeps more `read()` snapshots than it has hold slots (eight): the first eight
+/// hold their tables in slots, the rest take counts; every one keeps its version through
+/// many more writes (which replace every page many times over), passes to an owned snapshot
+/// that does too, and lets go when dropped, in any order.
+#[test]
+fn more_read_snapshots_than_hold_slots_each_keep_their_table() {
+    let (rows, width) = (16, 4);
+    let table = PagedVariable::builder(Array2::<i64>::zeros((rows, width)))
+        .rows_per_page(1)
+        .build()
+        .unwrap();
+    let ones = Array2::<i64>::ones((rows, width));
+    let all: Vec<usize> = (0..rows).collect();
+    let mut kept = Vec::new();
+    for version in 0..12 {
+        let snapshot = table.read();
+        assert_eq!(snapshot.version(), version);
+        kept.push(Some(snapshot));
+        table.scatter_add(&all, &ones).unwrap();
+    }
+    for _ in 0..scaled(20, 500) {
+        table.scatter_add(&all, &ones).unwrap();
+    }
+    let owned: Vec<_> = kept
+        .iter()
+        .flatten()
+        .map(|s| s.to_owned_snapshot())
+        .collect();
+    for (i, snapshot) in kept.iter().flatten().enumerate() {
+        assert!(
+            snapshot.to_array().iter().all(|&x| x == i as i64),
+            "snapshot {i} changed"
+        );
+    }
+    // Dropped out of order: slots and counts alike.
+    for i in [3, 11, 0, 9, 7, 1, 10, 2, 8, 4, 6, 5] {
+        drop(kept[i].take());
+    }
+    for _ in 0..scaled(20, 500) {
+        table.scatter_add(&all, &ones).unwrap();
+    }
+    for (i, o) in owned.iter().enumerate() {
+        assert!(
+            o.to_array().iter().all(|&x| x == i as i64),
+            "owned {i} changed"
+        );
+    }
+    let writes = 12 + 2 * scaled(20, 500) as i64;
+    assert!(table.read().to_array().iter().all(|&x| x == writes));
+}

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{run_model, run_model_branching};
+use common::run_model;
 use loom::thread;
 use mvtensor::PagedVariable;
 use ndarray::Array2;

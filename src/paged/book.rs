@@ -242,7 +242,11 @@ impl<A: Element> Ledger<A> {
             }
             self.spare_lists.push(last_used);
             // SAFETY: a kept table came from `Box::into_raw`, and nobody reaches it now.
-            self.spare_tables.push(unsafe { Box::from_raw(table) });
+            let table = unsafe { Box::from_raw(table) };
+            // Ours from here on, whether rebuilt or freed by the trim below (loom checks every
+            // reader's last look came first).
+            table.handoff.touch();
+            self.spare_tables.push(table);
         }
         let keep = 3 * self.last_write.0 + 8;
         while self.spare_pages.len() > keep {
