@@ -259,9 +259,14 @@ pub(crate) fn hold(version: *const ()) -> Option<Hold> {
             let bit = 1u8 << index;
             holder.free.set(free & !bit);
             let slot = &block.slots[index];
-            // Relaxed: made while pinned, so ordered before any release of the version's last
-            // count by the grace period the caller's pin is part of (module docs).
-            slot.store(version.cast_mut(), Ordering::Relaxed);
+            // Made while pinned, so ordered before any release of the version's last count
+            // by the grace period the caller's pin is part of (module docs): for that alone
+            // Relaxed would do. Release: a check that reads this store instead of the clear
+            // before it (the slot's last holder's, on this thread or the block's last owner)
+            // must still see that holder's uses of its version, and its counts taken through
+            // the hold (`to_owned_snapshot`): a later plain store does not extend the clear's
+            // Release (C++20 release sequences are read-modify-writes only). Free on x86.
+            slot.store(version.cast_mut(), Ordering::Release);
             Some(Hold {
                 slot,
                 bit,
