@@ -1,10 +1,13 @@
 //! Paged variables: a sequential model of every write, snapshots that never change, typed
-//! errors that apply nothing, and no lost update under concurrent sparse writers.
+//! errors that apply nothing, no lost update under concurrent sparse writers, and what a
+//! `read()` snapshot's hold keeps (past its variable, its thread, its thread's slots).
+
+use std::cell::RefCell;
 
 use crate::common;
 
 use common::scaled;
-use mvtensor::{Error, PagedVariable};
+use mvtensor::{Error, PagedSnapshot, PagedVariable, Variable};
 use ndarray::{s, Array1, Array2, ArrayD, Axis, IxDyn};
 
 /// xorshift64*: reproducible indices without a dependency.
@@ -305,4 +308,82 @@ fn more_read_snapshots_than_hold_slots_each_keep_their_table() {
     }
     let writes = 12 + 2 * scaled(20, 500) as i64;
     assert!(table.read().to_array().iter().all(|&x| x == writes));
+}
+
+fn pairs(rows: usize) -> PagedVariable<i64> {
+    PagedVariable::builder(Array2::zeros((rows, 2)))
+        .rows_per_page(1)
+        .build()
+        .unwrap()
+}
+
+fn add_all(table: &PagedVariable<i64>, rows: usize) {
+    let ids: Vec<usize> = (0..rows).collect();
+    table.scatter_add(&ids, &Array2::ones((rows, 2))).unwrap();
+}
+
+/// Writes of another variable: they push the epoch along (the dropped variable's deferred
+/// releases run), recheck the held list and free orphaned books.
+fn churn() {
+    let other = Variable::new(ArrayD::<i64>::zeros(IxDyn(&[4])));
+    let one = ArrayD::<i64>::ones(IxDyn(&[4]));
+    for _ in 0..64 {
+        other.assign_add(&one).unwrap();
+    }
+}
+
+/// A `read()` snapshot holds its table past its variable's drop (the head's count, given up
+/// through crossbeam, meets the hold and waits on the held list), passes to an owned
+/// snapshot, and the book is freed once both are gone. (An independent review's test.)
+#[test]
+fn a_held_snapshot_outlives_its_variable() {
+    let t = pairs(4);
+    add_all(&t, 4);
+    let snapshot = t.read();
+    let owned_before = t.read_owned();
+    drop(t); // its head count goes through crossbeam, and meets the hold
+    churn();
+    assert_eq!(snapshot.to_array().sum(), 8, "a held table changed");
+    let owned = snapshot.to_owned_snapshot();
+    drop(snapshot);
+    churn(); // the parked count goes; the owned one keeps the table and its book
+    assert_eq!(owned.to_array().sum(), 8, "an owned table changed");
+    assert_eq!(owned_before.to_array().sum(), 8);
+    drop((owned, owned_before));
+    churn(); // the book is orphaned and freed
+}
+
+/// A thread that exits with a `read()` snapshot in a thread-local keeps its block and the
+/// table for good; writes go on, and new threads (one may get a block given back) hold
+/// their own snapshots across writes. (An independent review's test.)
+#[test]
+fn a_thread_exits_holding_a_paged_snapshot_in_a_thread_local() {
+    thread_local! {
+        static KEPT: RefCell<Option<PagedSnapshot<i64>>> = const { RefCell::new(None) };
+    }
+    let t = pairs(4);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let snapshot = t.read();
+            KEPT.with(|k| *k.borrow_mut() = Some(snapshot));
+        });
+    });
+    for _ in 0..8 {
+        add_all(&t, 4);
+    }
+    churn();
+    assert_eq!(t.read().to_array().sum(), 64);
+    // New threads (one may get the exited thread's block) read and hold while writes go on.
+    for _ in 0..4 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let snapshot = t.read();
+                let v = snapshot.to_array();
+                add_all(&t, 4);
+                add_all(&t, 4);
+                churn();
+                assert_eq!(snapshot.to_array(), v);
+            });
+        });
+    }
 }
