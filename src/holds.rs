@@ -38,7 +38,7 @@ use std::ptr;
 
 use crate::grace::Clock;
 use crate::pool::Link;
-use crate::sync::{thread_local, AtomicBool, AtomicPtr, Ordering};
+use crate::sync::{thread_local, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// Hold slots per thread.
 pub(crate) const SLOTS: usize = 8;
@@ -356,12 +356,69 @@ fn for_each_hold(mut f: impl FnMut(*const ())) {
     }
 }
 
+/// Gives up one count of `refs`, the count of `object` (a version or a paged table, whose
+/// first field is its [`Link`]): `true` if it was the last and nobody holds `object` (the
+/// count is zero now, and the caller hands the object back), `false` if other counts remain
+/// or the last went to the held list with `object`. Holds are looked at against `held` if
+/// given (read after `object` became unreachable), else now.
+///
+/// The look comes *before* the count reaches zero: an object found unheld cannot be held
+/// again (holds are made only on reachable objects, and the last count goes only after the
+/// grace period of everyone pinned while it was reachable), and a count taken through a
+/// hold meanwhile (`to_owned_snapshot`) makes the compare-and-swap fail and the look run
+/// again. So a count never comes back from zero.
+///
+/// # Safety
+/// The caller owns one count of `object` and gives it up; `object`'s first field is a
+/// [`Link`], unused while it is counted.
+#[inline]
+pub(crate) unsafe fn release_count(
+    refs: &AtomicUsize,
+    object: *const (),
+    held: Option<&Held>,
+) -> bool {
+    // Acquire (here and on every failure): if ours turns out to be the last count, every
+    // other holder's Release decrement, and the holds made before it, happen-before our
+    // look at the holds.
+    let mut now = refs.load(Ordering::Acquire);
+    loop {
+        if now > 1 {
+            // Release: our use of the object happens-before the last holder's Acquire, and
+            // so before whoever reuses it.
+            match refs.compare_exchange_weak(now, now - 1, Ordering::Release, Ordering::Acquire) {
+                Ok(_) => return false,
+                Err(seen) => now = seen,
+            }
+            continue;
+        }
+        debug_assert_eq!(now, 1, "a released object has our count");
+        let is_held = match held {
+            Some(held) => held.contains(object),
+            None => is_held(object),
+        };
+        if is_held {
+            // SAFETY: the caller's contract; our count goes to the list with the object.
+            unsafe { keep_held(object.cast_mut().cast::<Link>()) };
+            return false;
+        }
+        // AcqRel. Release: our use of the object happens-before whoever sees zero and
+        // reuses it (a paged book's writer loads the count). Acquire: every other holder's
+        // use happens-before ours, and so before what our caller does next (an RMW's
+        // Acquire, which ThreadSanitizer sees, not a fence's). Acquire on failure: a holder
+        // added a count; round again.
+        match refs.compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(seen) => now = seen,
+        }
+    }
+}
+
 /// Parks a held version, with the count its releaser kept, until [`recheck`] finds it free.
 ///
 /// # Safety
 /// `link` heads a version of which the caller owns one count (its last but for holders'
 /// increments), and gives it to the list.
-pub(crate) unsafe fn keep_held(link: *mut Link) {
+unsafe fn keep_held(link: *mut Link) {
     // SAFETY: the caller's count keeps the version ours to link; its pool link is unused
     // while it has a count. The held list is never closed.
     let pushed = unsafe { crate::pool::push(&registry().held, link, link) };

@@ -197,47 +197,12 @@ impl<A: Element> Version<A> {
             // SAFETY: the caller's count (or, down the chain, the link's) keeps the version
             // alive until the decrement.
             let version = unsafe { &*ptr };
-            // Acquire (here and on failure below): if ours turns out to be the last count,
-            // every other holder's Release decrement, and the holds made before it,
-            // happen-before our look at the holds.
-            let mut refs = version.refs.load(Ordering::Acquire);
-            loop {
-                if refs > 1 {
-                    // Release: our use of the version happens-before whoever reuses it.
-                    match version.refs.compare_exchange_weak(
-                        refs,
-                        refs - 1,
-                        Ordering::Release,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return,
-                        Err(now) => refs = now,
-                    }
-                    continue;
-                }
-                debug_assert_eq!(refs, 1, "a released version has our count");
-                // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`).
-                // Look for holds *before* letting it reach zero: a version found unheld
-                // cannot be held again (holds are made only on reachable versions), so a
-                // count never comes back from zero.
-                let is_held = match held {
-                    Some(held) => held.contains(ptr.cast()),
-                    None => holds::is_held(ptr.cast()),
-                };
-                if is_held {
-                    // SAFETY: our count goes to the held list with the version.
-                    unsafe { holds::keep_held(ptr.cast_mut().cast::<Link>()) };
-                    return;
-                }
-                // Acquire: as above, on the value the last decrement left. Acquire on
-                // failure: a holder added a count; go round again.
-                match version
-                    .refs
-                    .compare_exchange(1, 0, Ordering::Acquire, Ordering::Acquire)
-                {
-                    Ok(_) => break,
-                    Err(now) => refs = now,
-                }
+            // The last count goes back only if nobody holds the version; else it waits on the
+            // held list (`holds::release_count` looks before the count reaches zero).
+            // SAFETY: the caller's count (or the link's); a version's first field is its
+            // `Link`.
+            if !unsafe { holds::release_count(&version.refs, ptr.cast(), held) } {
+                return;
             }
             // Nobody can reach the version any more (a count is taken only from a holder of
             // one, a hold, or under a pin that a retired link's grace period outlives), and

@@ -74,47 +74,16 @@ pub(crate) unsafe fn release_with<A: Element>(table: *const PagedTable<A>, held:
     // book outlives this call: our count keeps it among the book's holders until below.
     // SAFETY: our count keeps the table alive until the decrement.
     let (book, refs) = unsafe { ((*table).book, &(*table).refs) };
-    // Acquire (here and on every failure): if ours turns out to be the last count, every
-    // other holder's Release decrement, and the holds made before it, happen-before our
-    // look at the holds.
-    let mut now = refs.load(Ordering::Acquire);
-    loop {
-        if now > 1 {
-            // Release: our reads of the table happen-before the last holder's Acquire, and
-            // so before the writer's reuse.
-            match refs.compare_exchange_weak(now, now - 1, Ordering::Release, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(seen) => now = seen,
-            }
-            continue;
-        }
-        debug_assert_eq!(now, 1, "a released table has our count");
-        // The last count, unless a holder adds one meanwhile (`to_owned_snapshot`). Look for
-        // holds *before* letting it reach zero, as `Version::release_with` does: a table
-        // found unheld cannot be held again (holds are made only on reachable tables, and
-        // the last count goes only after the grace period of every thread pinned while the
-        // table was reachable), so a count never comes back from zero.
-        let is_held = match held {
-            Some(held) => held.contains(table.cast()),
-            None => holds::is_held(table.cast()),
-        };
-        if is_held {
-            // SAFETY: our count goes to the held list with the table; `link` is its first
-            // field, unused while the table is counted.
-            unsafe { holds::keep_held(table.cast_mut().cast::<Link>()) };
-            return;
-        }
-        // AcqRel. Release: our reads of the table happen-before the writer that sees zero
-        // reuses it. Acquire: every other holder's reads happen-before ours, and so before
-        // whoever frees the book after our `let_go` (an RMW's Acquire, which ThreadSanitizer
-        // sees, not a fence's: with a fence it reported a page read by a dropped owned
-        // snapshot as racing with the book's free). Not a later load of `refs`: once it is
-        // zero the writer may reuse the table and store a new count, which would not carry
-        // the holders' Release. Acquire on failure: a holder added a count; round again.
-        match refs.compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => break,
-            Err(seen) => now = seen,
-        }
+    // Looks at the holds before the count reaches zero, as a dense version's release does;
+    // its final compare-and-swap is AcqRel: our reads of the table happen-before the writer
+    // that sees zero reuses it, and every other holder's before whoever frees the book
+    // after our `let_go` (with a fence instead, ThreadSanitizer reported a page read by a
+    // dropped owned snapshot as racing with the book's free). Not a later load of `refs`:
+    // once it is zero the writer may reuse the table and store a new count, which would not
+    // carry the holders' Release.
+    // SAFETY: the caller's count; a table's first field is its `Link` (`repr(C)`).
+    if !unsafe { holds::release_count(refs, table.cast(), held) } {
+        return; // other counts remain, or the last waits on the held list
     }
     // SAFETY: `book` is alive while it counts this table among its holders.
     unsafe { let_go(book) };
