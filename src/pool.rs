@@ -61,7 +61,8 @@ impl Link {
         unsafe { detach_next(link) }
     }
 
-    /// Releases one count of the version `link` heads (see `Version::release_with`).
+    /// Releases one count of the version or paged table `link` heads (see
+    /// `holds::release_count`).
     ///
     /// # Safety
     /// The caller owns one count of that version, and gives it up.
