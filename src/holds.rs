@@ -20,8 +20,9 @@
 //! everyone pinned when it was unlinked, and crossbeam orders everything a thread did while
 //! pinned before the deferred function that ends that grace period; every later release is
 //! ordered after that one by the count's Release/Acquire chain. So the slot store is visible
-//! to whoever releases the last count (it can be Relaxed), and a version that nobody holds
-//! then can never be held again: counts never climb back from zero.
+//! to whoever releases the last count (for that alone it could be Relaxed; it is Release for
+//! the slot's next look, see [`hold`]), and a version that nobody holds then can never be
+//! held again: counts never climb back from zero.
 //!
 //! A [`PagedSnapshot`](crate::PagedSnapshot) holds its table the same way: the table's last
 //! count is released through `paged::book::release_with`, which looks at the slots first and
@@ -323,11 +324,7 @@ impl Held {
         if self.versions[..self.len].contains(&version) {
             return true;
         }
-        let mut found = false;
-        if self.overflow {
-            for_each_hold(|held| found |= held == version);
-        }
-        found
+        self.overflow && is_held(version)
     }
 }
 

@@ -54,6 +54,22 @@ fn a_paged_snapshot_survives_the_reuse_of_pages() {
     });
 }
 
+/// On another thread: one write, flushes until the tick after which the head's count of
+/// version 0 goes has run, then `writes - 1` more, the first of which releases that count
+/// (looking at the holds) and reuses what no table counts.
+fn replace_version_0(table: &PagedVariable<i64>, writes: usize) -> thread::JoinHandle<()> {
+    let table = table.clone();
+    thread::spawn(move || {
+        add_both(&table);
+        for _ in 0..3 {
+            crossbeam_epoch::pin().flush(); // until the tick runs
+        }
+        for _ in 1..writes {
+            add_both(&table);
+        }
+    })
+}
+
 /// A `read()` snapshot keeps its table in a hold slot, not by a pin: this thread holds
 /// version 0 while another writes, lets the tick after which the head's count of version 0
 /// goes run, and writes again, a write that gives that count up (a release that meets the
@@ -68,16 +84,7 @@ fn a_held_paged_table_outlives_its_grace_period_and_passes_to_an_owned_snapshot(
     run_model("a_held_paged_table_outlives_its_grace_period", || {
         let table = two_pages();
         let snapshot = table.read(); // version 0, held before any write
-        let writer = {
-            let table = table.clone();
-            thread::spawn(move || {
-                add_both(&table);
-                for _ in 0..3 {
-                    crossbeam_epoch::pin().flush(); // until the tick runs
-                }
-                add_both(&table); // releases version 0's head count, reuses what is free
-            })
-        };
+        let writer = replace_version_0(&table, 2);
         assert_eq!(snapshot.row(0).unwrap()[[0]], 0, "a held page was reused");
         let owned = snapshot.to_owned_snapshot();
         drop(snapshot);
@@ -86,6 +93,24 @@ fn a_held_paged_table_outlives_its_grace_period_and_passes_to_an_owned_snapshot(
         assert_eq!(owned.to_array().sum(), 0, "an owned page was reused");
         drop(owned);
         assert_eq!(table.read().to_array().sum(), 4);
+    });
+}
+
+/// As above, the hold dropped while the writer releases the table's head count: a release
+/// that finds the slot cleared may let the count reach zero and the next reuse rewrite the
+/// table, so the clear must carry the reader's last look (its Release, `holds::is_held`'s
+/// Acquire). Fails with a causality violation when that load is Relaxed.
+#[test]
+fn a_dropped_hold_is_seen_before_its_table_is_reused() {
+    run_model("a_dropped_hold_is_seen_before_its_table_is_reused", || {
+        let table = two_pages();
+        let snapshot = table.read(); // version 0
+        let writer = replace_version_0(&table, 3);
+        assert_eq!(snapshot.row(0).unwrap()[[0]], 0, "a held page was reused");
+        assert_eq!(snapshot.row(1).unwrap()[[0]], 0, "a held page was reused");
+        drop(snapshot);
+        writer.join().unwrap();
+        assert_eq!(table.read().to_array().sum(), 6);
     });
 }
 

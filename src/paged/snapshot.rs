@@ -2,7 +2,6 @@
 //! and [`OwnedPagedSnapshot`] (counted: `Send`, `Sync`, cloneable). Both dereference to [`PagedTable`].
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
@@ -20,15 +19,20 @@ use crate::Element;
 /// slots, not by a pin: held across a trainer's step, it keeps its own table (and the pages
 /// writes replace meanwhile) and nothing any other variable retires. A thread holding more
 /// snapshots at once than it has slots (eight) counts the rest on their tables, as
-/// [`to_owned_snapshot`](Self::to_owned_snapshot) does. Neither `Send` nor `Sync`: the slot
-/// belongs to its thread; an [`OwnedPagedSnapshot`] is both.
+/// [`to_owned_snapshot`](Self::to_owned_snapshot) does. Neither `Send` nor `Sync` (its
+/// `NonNull` sees to that, whether it holds or counts): the slot belongs to its thread; an
+/// [`OwnedPagedSnapshot`] is both.
+///
+/// ```compile_fail
+/// let v = mvtensor::PagedVariable::new(ndarray::Array2::<f32>::zeros((2, 2))).unwrap();
+/// let snapshot = v.read();
+/// std::thread::spawn(move || snapshot.version()); // a hold cannot cross threads
+/// ```
 #[must_use = "a snapshot keeps its version until it is dropped"]
 pub struct PagedSnapshot<A: Element> {
     table: NonNull<PagedTable<A>>,
     /// This thread's slot that holds the table, cleared as it drops; `None`: we own a count.
     hold: Option<Hold>,
-    /// A hold belongs to its thread, and so does a snapshot that counts (for one API).
-    _thread: PhantomData<*const ()>,
 }
 
 impl<A: Element> PagedSnapshot<A> {
@@ -45,11 +49,7 @@ impl<A: Element> PagedSnapshot<A> {
             t.refs.fetch_add(1, Ordering::Relaxed);
         }
         drop(guard);
-        Self {
-            table,
-            hold,
-            _thread: PhantomData,
-        }
+        Self { table, hold }
     }
 
     /// The same version, held by a count instead of a slot: `Send`, `Sync`, and kept for as
@@ -78,7 +78,7 @@ impl<A: Element> Deref for PagedSnapshot<A> {
     fn deref(&self) -> &PagedTable<A> {
         // SAFETY: the table was reachable from its variable while we were pinned, and its
         // last count, released after that pin, met our hold (the release then keeps it on
-        // the held list) or ours (`Keep::Count`): it lives, unchanged, until we drop.
+        // the held list) or is ours (`hold` of `None`): it lives, unchanged, until we drop.
         unsafe { self.table.as_ref() }
     }
 }
