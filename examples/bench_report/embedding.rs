@@ -210,10 +210,15 @@ impl Report<'_> {
                  measured (Zipf, medians of 5 runs of 200 ms) spinning 433/383/370 k \
                  updates/s at 2/4/8 threads, yielding then parking 270-336/162-164/130-133 k, \
                  parking 195-334/133-202/126-141 k: a wake-up costs more than a ~2 us pass. \
-                 What would close it: letting waiters walk and copy their own pages while a \
-                 pass runs (the misses of two cores instead of one), a cheaper version per \
-                 write, and waiters that step aside without a wake-up on the holder's path \
-                 when there are more writers than cores. In a critical section with a step \
+                 Waiters that build part of the pass do worse too (2026-11-28: a pass of 32 \
+                 rows or more cut into parts by root entry, each part copying its own nodes \
+                 and pages, taken by spinning waiters: uniform 76-79 k against 226-234 k \
+                 updates/s at 2 threads, Zipf 102-103 k against 346-355 k, 2.6-3x fewer at 4 \
+                 threads too; the holder waited for its helpers, and the parts' nodes, pages \
+                 and root lines crossed between the two cores' caches on every pass; not \
+                 kept). What would close it: a cheaper version per write, and waiters that \
+                 step aside without a wake-up on the holder's path when there are more \
+                 writers than cores. In a critical section with a step \
                  counter an update took {} (Zipf) and {} (uniform) of CPU more than a plain \
                  one: the staged copy of its rows, the execution (a ticket on each variable, \
                  the batch flag), the table installed pending and settled after the commit, \
