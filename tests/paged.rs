@@ -102,6 +102,33 @@ fn paged_writes_match_a_dense_model_and_snapshots_never_change() {
     }
 }
 
+/// A gather copies its rows a group of paths at a time into one array: more indices than a
+/// group (repeats included), rows of one and of several pages, and a table of more than two
+/// axes (whose array is built the general way) all match ndarray's `select`.
+#[test]
+fn a_gather_of_many_rows_and_of_a_3d_table_matches_select() {
+    let mut rng = Rng(7);
+    let ids: Vec<usize> = (0..75).map(|_| rng.below(50)).collect();
+    for rows_per_page in [1, 4] {
+        let value =
+            ArrayD::from_shape_fn(IxDyn(&[50, 2, 3]), |i| (i[0] * 6 + i[1] * 3 + i[2]) as i64);
+        let table = PagedVariable::builder(value.clone())
+            .rows_per_page(rows_per_page)
+            .build()
+            .unwrap();
+        let snapshot = table.read();
+        assert_eq!(snapshot.gather(&ids).unwrap(), value.select(Axis(0), &ids));
+        let matrix = value.into_shape_with_order((50, 6)).unwrap();
+        let table = PagedVariable::builder(matrix.clone())
+            .rows_per_page(rows_per_page)
+            .build()
+            .unwrap();
+        let gathered = table.read().gather(&ids).unwrap();
+        assert_eq!(gathered, matrix.select(Axis(0), &ids).into_dyn());
+        assert_eq!(table.read().gather(&[]).unwrap().shape(), &[0, 6]);
+    }
+}
+
 #[test]
 fn bad_input_is_a_typed_error_and_applies_nothing() {
     let table = PagedVariable::builder(Array2::<f32>::zeros((10, 4)))

@@ -23,7 +23,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use ndarray::{Array2, ArrayD, ArrayViewD, IxDyn};
 
 use crate::error::{check_indices, check_setting, Result};
 use crate::pool::Link;
@@ -203,19 +203,30 @@ impl<A: Element> PagedTable<A> {
     pub fn gather(&self, indices: &[usize]) -> Result<ArrayD<A>> {
         check_indices(&self.layout.name, self.layout.rows(), indices)?;
         let width = self.layout.width;
-        let mut data = Vec::with_capacity(indices.len() * width);
+        // Checked: the rows are written through a raw pointer, so a wrapped length would be
+        // written past the buffer. (A product that large could not be allocated anyway.)
+        let len = indices
+            .len()
+            .checked_mul(width)
+            .expect("gathered elements fit a usize");
+        let mut data = Vec::with_capacity(len);
+        let out = data.spare_capacity_mut().as_mut_ptr().cast::<A>();
         // [`GROUP`] rows at a time, each group walked a level at a time for all its rows
         // before any row is copied, so that the group's loads at one level (and then its
         // rows' copies) wait for memory together. Row by row, each row waited for its node
         // and then its page before the next row began: on a 25 MiB table with scattered
         // rows (cache misses), a 32-row gather took 1.4-1.8x as long.
-        for group in indices.chunks(GROUP) {
-            for &start in &self.row_starts(group)[..group.len()] {
+        for (g, group) in indices.chunks(GROUP).enumerate() {
+            let at = out.wrapping_add(g * GROUP * width);
+            for (i, &start) in self.row_starts(group)[..group.len()].iter().enumerate() {
                 // SAFETY: `row_starts` points at a row's first element, and the row's `width`
-                // elements lie in its page, live and unchanged while `self` is.
-                data.extend_from_slice(unsafe { std::slice::from_raw_parts(start, width) });
+                // elements lie in its page, live and unchanged while `self` is; row `i` of
+                // the group goes to its own `width` elements of `data`'s capacity.
+                unsafe { std::ptr::copy_nonoverlapping(start, at.add(i * width), width) };
             }
         }
+        // SAFETY: every row was written above, `len` elements in all.
+        unsafe { data.set_len(len) };
         Ok(self.array(indices.len(), data))
     }
 
@@ -264,6 +275,15 @@ impl<A: Element> PagedTable<A> {
 
     /// `data`, `n` rows of the tensor's other axes, as an array.
     fn array(&self, n: usize, data: Vec<A>) -> ArrayD<A> {
+        let width = self.layout.width;
+        assert_eq!(data.len(), n * width, "rows times width elements");
+        if let [_, columns] = self.layout.shape[..] {
+            // Rows of a matrix (an embedding table's): ndarray builds a 2-d array's strides
+            // without a loop over axes, ~200 instructions fewer than the general case below.
+            return Array2::from_shape_vec((n, columns), data)
+                .expect("rows times width elements")
+                .into_dyn();
+        }
         let mut shape = IxDyn(&self.layout.shape); // inline up to 4 axes: no allocation
         shape[0] = n;
         ArrayD::from_shape_vec(shape, data).expect("rows times width elements")
@@ -276,11 +296,27 @@ impl<A: Element> PagedTable<A> {
 #[inline]
 pub(crate) fn prefetch(at: *const u8, lines: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in 0..lines {
-        // SAFETY: SSE is part of x86_64's baseline; a prefetch of any address is harmless.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line * CACHE_LINE).cast());
+    {
+        let line = |i: usize| {
+            // SAFETY: SSE is part of x86_64's baseline; a prefetch of any address is harmless.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(i * CACHE_LINE).cast());
+            }
+        };
+        // Four at a time: a loop of one prefetch per turn cost ~5 instructions a line, 15%
+        // of a 32-row gather of rows of 4 lines (callgrind).
+        let mut i = 0;
+        while i + 4 <= lines {
+            line(i);
+            line(i + 1);
+            line(i + 2);
+            line(i + 3);
+            i += 4;
+        }
+        while i < lines {
+            line(i);
+            i += 1;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

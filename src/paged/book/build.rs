@@ -226,10 +226,16 @@ fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize
         .div_ceil(CACHE_LINE);
     for group in rows.chunks(GROUP) {
         let mut pages = [0usize; GROUP];
-        for (page, &row) in pages.iter_mut().zip(group) {
-            *page = row / layout.rows_per_page;
-        }
-        old.walk_group(&pages[..group.len()], |entry, is_page| {
+        let pages = match layout.rows_per_page {
+            1 => group, // pages of one row (the default for wide rows): no division
+            per_page => {
+                for (page, &row) in pages.iter_mut().zip(group) {
+                    *page = row / per_page;
+                }
+                &pages[..group.len()]
+            }
+        };
+        old.walk_group(pages, |entry, is_page| {
             prefetch(entry.cast(), if is_page { page_lines } else { node_lines });
         });
     }
