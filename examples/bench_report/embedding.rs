@@ -229,7 +229,10 @@ impl Report<'_> {
                  for its node and then its page, it took 1.4-1.8x as long, measured \
                  2026-11-27); what remains is the walk (a root slot and a node per row \
                  before the page, where a lock indexes one flat array) and a fixed cost per \
-                 gather (the snapshot, the index check, the array), which weigh most with \
+                 gather (the snapshot, the index check, the array: ~3,800 instructions a \
+                 32-row gather in all, against ~2,500 for a lock's, by callgrind; ~4,500 \
+                 before 2026-11-28, when rows were appended one by one and the array \
+                 built through ndarray's general shape code), which weigh most with \
                  Zipf rows: a lock's hot rows are the first few hundred rows of its array, \
                  cached and next to one another, where mvtensor's are wherever the pool put \
                  their latest copies (7 cached rows gathered 32 times: ~2.2x the lock's \
