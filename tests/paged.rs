@@ -163,6 +163,15 @@ fn bad_input_is_a_typed_error_and_applies_nothing() {
         snapshot.gather(&[0, 11]),
         Err(Error::IndexOutOfRange { .. })
     ));
+    // The first index past the rows is the one named, not the largest.
+    assert!(matches!(
+        snapshot.gather(&[3, 12, 0, 40, 10]),
+        Err(Error::IndexOutOfRange {
+            index: 12,
+            bound: 10,
+            ..
+        })
+    ));
     assert!(matches!(
         snapshot.rows(3..11),
         Err(Error::IndexOutOfRange { .. })

@@ -99,6 +99,23 @@ impl Layout {
         (self.rows() - page * self.rows_per_page).min(self.rows_per_page)
     }
 
+    /// The pages of `rows` (at most [`GROUP`]), one division a row (not one per level),
+    /// written into `buf`; pages of one row (the default for wide rows) are the rows
+    /// themselves, with no division.
+    pub(crate) fn pages_of<'r>(
+        &self,
+        rows: &'r [usize],
+        buf: &'r mut [usize; GROUP],
+    ) -> &'r [usize] {
+        if self.rows_per_page == 1 {
+            return rows;
+        }
+        for (page, &row) in buf.iter_mut().zip(rows) {
+            *page = row / self.rows_per_page;
+        }
+        &buf[..rows.len()]
+    }
+
     /// Page `page`'s entry in the root.
     pub(crate) fn root_slot(&self, page: usize) -> usize {
         page.checked_shr(self.shift * self.levels).unwrap_or(0)

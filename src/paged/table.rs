@@ -161,12 +161,8 @@ impl<A: Element> PagedTable<A> {
             }
             return starts;
         }
-        // One division a row, not one per level.
-        let mut pages = [0usize; GROUP];
-        for (page, &row) in pages.iter_mut().zip(rows) {
-            *page = row / layout.rows_per_page;
-        }
-        let entries = self.walk_group(&pages[..rows.len()], |_, _| {});
+        let mut buf = [0; GROUP];
+        let entries = self.walk_group(layout.pages_of(rows, &mut buf), |_, _| {});
         for ((start, entry), &row) in starts.iter_mut().zip(entries).zip(rows) {
             let offset = row % layout.rows_per_page * layout.width;
             *start = entry.cast::<A>().cast_const().wrapping_add(offset);
@@ -304,8 +300,9 @@ pub(crate) fn prefetch(at: *const u8, lines: usize) {
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(i * CACHE_LINE).cast());
             }
         };
-        // Four at a time: a loop of one prefetch per turn cost ~5 instructions a line, 15%
-        // of a 32-row gather of rows of 4 lines (callgrind).
+        // Four at a time: a loop of one prefetch a turn cost ~5 instructions a line; unrolled,
+        // a 32-row gather of 4-line rows runs ~220 fewer and a 32-row write (its nodes and
+        // pages) ~550 fewer (callgrind, 4,016 -> 3,798 and 12,140 -> 11,587).
         let mut i = 0;
         while i + 4 <= lines {
             line(i);

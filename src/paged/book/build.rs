@@ -225,17 +225,8 @@ fn prefetch_rows<A: Element>(old: &PagedTable<A>, layout: &Layout, rows: &[usize
         .min(4 * CACHE_LINE)
         .div_ceil(CACHE_LINE);
     for group in rows.chunks(GROUP) {
-        let mut pages = [0usize; GROUP];
-        let pages = match layout.rows_per_page {
-            1 => group, // pages of one row (the default for wide rows): no division
-            per_page => {
-                for (page, &row) in pages.iter_mut().zip(group) {
-                    *page = row / per_page;
-                }
-                &pages[..group.len()]
-            }
-        };
-        old.walk_group(pages, |entry, is_page| {
+        let mut buf = [0; GROUP];
+        old.walk_group(layout.pages_of(group, &mut buf), |entry, is_page| {
             prefetch(entry.cast(), if is_page { page_lines } else { node_lines });
         });
     }
