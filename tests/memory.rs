@@ -76,14 +76,14 @@ fn hundred_thousand_writes_keep_memory_bounded() {
 
     std::thread::scope(|s| {
         // A short reader: pins, looks at one element, unpins.
-        s.spawn(|| {
+        let short = s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let snap = writes.during(|| v.read());
                 assert_eq!(snap[[len - 1]], snap.version() as f32);
             }
         });
         // A long reader: sums whole snapshots without pinning.
-        s.spawn(|| {
+        let long = s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let snap = writes.during(|| v.read_owned());
                 let version = snap.version() as f32;
@@ -91,7 +91,7 @@ fn hundred_thousand_writes_keep_memory_bounded() {
             }
         });
         // A long reader: holds an owned snapshot across many writes, as a checkpointer would.
-        s.spawn(|| {
+        let holder = s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let held = writes.during(|| v.read_owned());
                 let version = held.version();
@@ -113,6 +113,10 @@ fn hundred_thousand_writes_keep_memory_bounded() {
             }
         }
         done.store(true, Ordering::Release);
+        // Joined, not left to the scope: see `common::quiesce`.
+        for reader in [short, long, holder] {
+            reader.join().unwrap();
+        }
     });
 
     // Quiescent: nobody is pinned, so a few collections return everything retired to the

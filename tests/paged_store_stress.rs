@@ -32,9 +32,10 @@ fn store_snapshots_of_paged_tables_stay_whole_and_ordered_under_writers() {
     let p_row = Array2::from_shape_vec((2, 2), vec![1, 0, 0, 1]).unwrap();
     let q_row = Array2::<i64>::ones((1, 2));
     std::thread::scope(|s| {
+        let mut threads = Vec::new();
         for w in 0..writers {
             let (c, p, q, done, p_row, q_row) = (&c, &p, &q, &done, &p_row, &q_row);
-            s.spawn(move || {
+            threads.push(s.spawn(move || {
                 let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64 + 1);
                 for _ in 0..writes {
                     x ^= x << 13;
@@ -46,11 +47,11 @@ fn store_snapshots_of_paged_tables_stay_whole_and_ordered_under_writers() {
                     q.scatter_add(&[(x >> 20) as usize % 64], q_row).unwrap();
                 }
                 done.fetch_add(1, Ordering::Release);
-            });
+            }));
         }
         for k in 0..snapshotters {
             let (store, done) = (&store, &done);
-            s.spawn(move || {
+            threads.push(s.spawn(move || {
                 let mut held = std::collections::VecDeque::new();
                 let mut last = (0, 0, 0);
                 let mut taken = 0usize;
@@ -76,8 +77,10 @@ fn store_snapshots_of_paged_tables_stay_whole_and_ordered_under_writers() {
                         }
                     }
                 }
-            });
+            }));
         }
+        // Joined, not left to the scope: see `common::quiesce`.
+        threads.into_iter().for_each(|t| t.join().unwrap());
     });
     let total = (writers * writes) as i64;
     assert_eq!(c.get(), total);

@@ -23,14 +23,18 @@ fn several_writers_leave_the_current_version_and_two_spares() {
     let (threads, writes) = (4, scaled(20, 2_000));
     let start = Barrier::new(threads);
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                start.wait();
-                for _ in 0..writes {
-                    v.assign_add(&delta).unwrap();
-                }
-            });
-        }
+        let writers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..writes {
+                        v.assign_add(&delta).unwrap();
+                    }
+                })
+            })
+            .collect();
+        // Joined, not left to the scope: see `common::quiesce`.
+        writers.into_iter().for_each(|w| w.join().unwrap());
     });
     let stats = v.stats();
     assert!(

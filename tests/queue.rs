@@ -194,7 +194,9 @@ fn an_element_wakes_a_dequeue_beside_a_waiting_dequeue_many() {
         let q = TensorQueue::<i32>::new("q", 4, &[]);
         std::thread::scope(|s| {
             let many = s.spawn(|| q.dequeue_many(3));
-            let one = s.spawn(|| q.dequeue_timeout(std::time::Duration::from_secs(5)));
+            // 60 s: the 1,000 yields below may each give a loaded core's time slice away.
+            // With the bug the `dequeue` sleeps until its timeout, then fails.
+            let one = s.spawn(|| q.dequeue_timeout(std::time::Duration::from_secs(60)));
             for _ in 0..1000 {
                 std::thread::yield_now(); // let both start waiting (not needed to pass)
             }

@@ -26,7 +26,7 @@ fn a_stalled_variable_trims_back_to_two_spares_after_a_write() -> Result<(), Err
         // back, so each write allocates a fresh one.
         let (pinned, unpin) = (mpsc::channel(), mpsc::channel::<()>());
         std::thread::scope(|s| -> Result<(), Error> {
-            s.spawn(move || {
+            let pinner = s.spawn(move || {
                 let _guard = crossbeam_epoch::pin();
                 pinned.0.send(()).unwrap();
                 unpin.1.recv().unwrap();
@@ -37,6 +37,7 @@ fn a_stalled_variable_trims_back_to_two_spares_after_a_write() -> Result<(), Err
             }
             assert!(v.stats().live_versions >= 10, "way {way}: {:?}", v.stats());
             unpin.0.send(()).unwrap();
+            pinner.join().unwrap(); // not left to the scope: see `common::quiesce`
             Ok(())
         })?;
         // Nobody pinned: every retired version comes home, then one more write trims.

@@ -59,7 +59,7 @@ fn a_reader_never_frees_a_version() {
     let done = AtomicBool::new(false);
     let reads = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let reader = s.spawn(|| {
             READER.with(|r| r.set(true));
             // Many short pins: every 128th makes crossbeam collect on this thread, which runs
             // whatever retired batches have expired, the writer's included.
@@ -74,6 +74,9 @@ fn a_reader_never_frees_a_version() {
             v.assign_add(&delta).unwrap();
         }
         done.store(true, Ordering::Release);
+        // Joined, not left to the scope: the reader's thread-local destructors (crossbeam's
+        // last pin on it among them) run before the checks below.
+        reader.join().unwrap();
     });
     assert_eq!(
         READER_FREES.load(Ordering::Relaxed),
@@ -121,7 +124,7 @@ fn a_reader_never_frees_a_page() {
     let done = AtomicBool::new(false);
     let reads = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let reader = s.spawn(|| {
             READER.with(|r| r.set(true));
             while !done.load(Ordering::Acquire) {
                 let snap = table.read();
@@ -136,6 +139,9 @@ fn a_reader_never_frees_a_page() {
             table.scatter_add(&[0, 64, far, far + 1], &ones).unwrap();
         }
         done.store(true, Ordering::Release);
+        // Joined, not left to the scope: the reader's thread-local destructors (crossbeam's
+        // last pin on it among them) run before the checks below.
+        reader.join().unwrap();
     });
     assert_eq!(
         READER_FREES.load(Ordering::Relaxed),

@@ -23,7 +23,7 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
     let ones = ArrayD::<i64>::ones(IxDyn(&[len]));
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let snapshots = s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 let snap = store.snapshot();
                 let seen = snap.get::<i64, IxDyn>("w").unwrap();
@@ -34,6 +34,7 @@ fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
             w.assign_add(&ones).unwrap();
         }
         done.store(true, Ordering::Release);
+        snapshots.join().unwrap(); // not left to the scope: see `common::quiesce`
     });
     quiesce();
     w.assign_add(&ones).unwrap(); // no snapshot in progress: unlinks every older version

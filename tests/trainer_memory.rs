@@ -27,18 +27,23 @@ fn a_trainer_holding_reads_across_steps_comes_back_within_the_pool_bound() {
     let w = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let peak = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut grad = ArrayD::<f32>::zeros(IxDyn(&[len]));
-                for _ in 0..steps / threads {
-                    let weights = w.read(); // held across the step, as a trainer does
-                    grad.zip_mut_with(&*weights, |g, &x| *g = 1.0 - 0.0 * x);
-                    w.assign_add(&grad).unwrap();
-                    drop(weights);
-                    peak.fetch_max(w.stats().live_versions, Ordering::Relaxed);
-                }
-            });
-        }
+        let trainers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut grad = ArrayD::<f32>::zeros(IxDyn(&[len]));
+                    for _ in 0..steps / threads {
+                        let weights = w.read(); // held across the step, as a trainer does
+                        grad.zip_mut_with(&*weights, |g, &x| *g = 1.0 - 0.0 * x);
+                        w.assign_add(&grad).unwrap();
+                        drop(weights);
+                        peak.fetch_max(w.stats().live_versions, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // Joined, not left to the scope: each trainer hands its retired batches over in a
+        // thread-local destructor, which a scope's own join does not wait for.
+        trainers.into_iter().for_each(|t| t.join().unwrap());
     });
     assert_eq!(w.read()[[0]], steps as f32, "every step applied once");
     // A quiet writer's retirements carry the epoch forward and trim the pool. How many

@@ -29,6 +29,12 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// global queue, and a writer that was held back by a descheduled reader may have left
 /// hundreds queued (one bag per large version). 512 flushes drain 4,096 bags, ~0.1 ms.
 /// (Under miri, where no count is exact, a few.)
+///
+/// Join the test's threads explicitly first, not through the end of `thread::scope`: a
+/// scope returns once each closure has returned, before the thread's thread-local
+/// destructors run (std's scoped threads signal the scope from the closure's wrapper), and
+/// those are where a writer hands its retired batches over and crossbeam unregisters it,
+/// pinned for a moment. A `join` waits for the thread's exit.
 #[allow(dead_code)] // not every test file counts versions
 pub fn quiesce() {
     for _ in 0..scaled(8, 512) {
