@@ -29,7 +29,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         let value = kernel::standard(value.into_dyn());
         self.inner.check_new_shape(value.shape())?;
         let mut value = Some(value);
-        self.erased().write_now(false, |_, next| {
+        self.erased().write_now(Make::Ours, |_, next| {
             // A lost attempt's version keeps the value: only the first attempt moves it in.
             if let Some(value) = value.take() {
                 next.data = value;
@@ -122,7 +122,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         &self,
         f: impl FnMut(&ArrayRef<A, D>) -> Array<A, E>,
     ) -> Result<u64> {
-        self.erased().write_now(true, self.replace_with(f))
+        self.erased().write_now(Make::Callers, self.replace_with(f))
     }
 
     /// Like [`update`](Self::update), but returns a snapshot of the version it replaced.
@@ -178,7 +178,7 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         let value = kernel::standard(value.into_dyn());
         self.inner.check_new_shape(value.shape())?;
         let mut value = Some(value);
-        self.erased().write_now(false, |cur, next| {
+        self.erased().write_now(Make::Ours, |cur, next| {
             if cur.number != expected {
                 return Err(Error::VersionConflict {
                     variable: self.name().to_owned(),
@@ -218,7 +218,7 @@ impl<A: Element> Variable<A> {
     }
 
     fn apply_delta_alone(&self, delta: Delta<'_, A>) -> Result<u64> {
-        self.write_now(false, |cur, next| {
+        self.write_now(Make::Ours, |cur, next| {
             delta.check(self.name(), cur.data.shape())?;
             kernel::apply(&cur.data, &[delta], &mut next.data);
             Ok(())
@@ -226,19 +226,19 @@ impl<A: Element> Variable<A> {
     }
 
     /// [`write`](Self::write) under a pin of its own, or [`write_counted`] (unpinned while
-    /// `make` runs) for a large variable or where `closure` says `make` runs the caller's
-    /// code (an `update` closure, which may take as long as it likes); once unpinned, this
+    /// `make` runs) for a large variable or where `make` runs the caller's code
+    /// ([`Make::Callers`]); once unpinned, this
     /// thread hands the version it replaced back to the pool if it is large and no reader
     /// holds it (see [`reclaim_now`]). Returns the new version number.
     ///
     /// [`write_counted`]: Self::write_counted
     pub(super) fn write_now(
         &self,
-        closure: bool,
+        whose: Make,
         make: impl FnMut(&Version<A>, &mut Building<A>) -> Result<()>,
     ) -> Result<u64> {
         self.inner.make_room();
-        let counted = closure || self.inner.writes_counted();
+        let counted = matches!(whose, Make::Callers) || self.inner.writes_counted();
         let written = self.write_either(counted, Taker::Anyone, make);
         if reclaim_now() {
             self.inner.reclaimed();
@@ -370,6 +370,17 @@ impl<A: Element> Variable<A> {
     }
 }
 
+/// Whose code a write's `make` runs, and so whether it may run pinned.
+#[derive(Clone, Copy)]
+pub(super) enum Make {
+    /// Ours: a copy, an add, a value moved in; short, so a small variable's write runs it
+    /// pinned.
+    Ours,
+    /// The caller's: an `update` closure, which may take as long as it likes; run unpinned
+    /// (pinned, it held back every version any thread retired meanwhile).
+    Callers,
+}
+
 /// Who takes a version from the pool, and so from which of its lists.
 #[derive(Clone, Copy)]
 pub(crate) enum Taker {
@@ -405,7 +416,7 @@ impl<A: Element> Variable<A> {
         mut make: impl FnMut(&ndarray::ArrayD<A>, &mut ndarray::ArrayD<A>) -> R,
     ) -> Result<(R, u64)> {
         let mut made = None;
-        let version = self.write_now(false, |cur, next| {
+        let version = self.write_now(Make::Ours, |cur, next| {
             made = Some(make(&cur.data, &mut next.data));
             Ok(())
         })?;
