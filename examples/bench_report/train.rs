@@ -171,12 +171,20 @@ impl Report<'_> {
                  of the packed parameters, one execution (its ticket, one working copy of the \
                  parameters with the optimizer's state after them, moments and step count, \
                  its commit and the retirement of the version it replaced), where the lock \
-                 copies the 417 parameters or nothing; the two are within a few percent (1-thread runs of the \
-                 two alone, alternated: 0.98-0.99x), under this machine's noise. With more threads than cores (2 here) every variant is \
-                 bound by the cores; mvtensor's readers never wait, but its steps are \
-                 serialised by the optimizer's section like the locks' updates. Closing it \
-                 needs the section costs of issue 9 (a cheaper execution, commit and \
-                 retirement per version).",
+                 copies the 417 parameters or nothing. Counted, mvtensor's step is not the \
+                 larger: ~183k instructions against ~187k for the parking_lot mutex's copy \
+                 and apply (callgrind, one thread, the difference of runs of 4,000 and \
+                 8,000 steps, 2026-11-28). With more threads than cores (2 here) every \
+                 variant is bound by the cores; mvtensor's readers never wait, but its steps \
+                 are serialised by the optimizer's section like the locks' updates. \
+                 Alternated runs of mvtensor and that mutex alone (5-10 rounds of 20,000-40,000 \
+                 steps, medians) read 1.01x, 1.00x and 1.00x at 1, 2 and 4 threads, and a \
+                 batch minutes earlier 0.93x and 0.86x at 2 and 4: the cells move with this \
+                 machine's spells by more than the goal's margin, and the goal compares \
+                 mvtensor's median with the best of three locks' medians, which noise alone \
+                 puts above an equal variant's. What would settle it: a quiet machine, or \
+                 the section costs of issue 9 (a cheaper execution, commit and retirement \
+                 per version) for a margin.",
                 worst.1,
                 worst.0,
                 1e6 / one,
