@@ -192,6 +192,11 @@ fn a_steady_writer_does_not_starve_snapshots() {
             writes
         });
         let over = Over(&done);
+        // Timed only once the writer writes: a writer not yet started would let every
+        // snapshot pass untested.
+        while last.version() == 0 && !writer.is_finished() {
+            std::thread::yield_now(); // polling, not synchronisation: its write ends it
+        }
         for _ in 0..200 {
             let (took, snap) = timed_snapshot();
             worst = worst.max(took);
