@@ -1,7 +1,7 @@
-//! A held store snapshot keeps its versions, and only those, after the variables move on.
-//! One test per file: another test's thread pinned in the same process could hold the epoch
-//! back while a write waits for the version it replaced, and leave it counted. (It was one
-//! of `snapshots.rs`'s tests, beside a store snapshot of 1,000 variables and pinned readers.)
+//! What a held store snapshot keeps. One test per file: another test's thread pinned in the
+//! same process could hold the epoch back while a write waits for the version it replaced,
+//! and leave it counted. (It was one of `snapshots.rs`'s tests, beside a store snapshot of
+//! 1,000 variables and pinned readers.)
 
 use mvtensor::Store;
 use ndarray::{ArrayD, IxDyn};

@@ -227,9 +227,9 @@ impl<A: Element> Variable<A> {
 
     /// [`write`](Self::write) under a pin of its own, or [`write_counted`] (unpinned while
     /// `make` runs) for a large variable or where `make` runs the caller's code
-    /// ([`Make::Callers`]); once unpinned, this
-    /// thread hands the version it replaced back to the pool if it is large and no reader
-    /// holds it (see [`reclaim_now`]). Returns the new version number.
+    /// ([`Make::Callers`]); once unpinned, this thread hands the version it replaced back to
+    /// the pool if it is large and no reader holds it (see [`reclaim_now`]). Returns the new
+    /// version number.
     ///
     /// [`write_counted`]: Self::write_counted
     pub(super) fn write_now(
