@@ -156,8 +156,10 @@ fn snapshot_lookups_are_typed() {
 /// A snapshot's work is bounded by the number of variables, whatever writers do: 1,000
 /// variables, one writer committing to the last one as fast as it can, and every snapshot
 /// costs about what a quiet one does. (Snapshots used to start over whenever the variable
-/// they had not reached yet committed after their clock read: 22-240 ms instead of 0.3 ms.)
-/// Measured in this thread's CPU time, so that waiting for a core does not count.
+/// they had not reached yet committed after their clock read: 22-240 ms instead of 0.3 ms,
+/// nearly every snapshot.) Measured in this thread's CPU time, so that waiting for a core
+/// does not count, and judged by the 98th percentile of 200: a starving snapshot restarts
+/// again and again, while one interrupt or page fault alone must not fail the test.
 #[test]
 #[cfg_attr(miri, ignore = "measures CPU time, which miri does not model")]
 fn a_steady_writer_does_not_starve_snapshots() {
@@ -180,7 +182,7 @@ fn a_steady_writer_does_not_starve_snapshots() {
     let quiet = quiet[10];
 
     let done = AtomicBool::new(false);
-    let mut worst = std::time::Duration::ZERO;
+    let mut took = Vec::with_capacity(200);
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
             let ones = ArrayD::<f32>::ones(IxDyn(&[4]));
@@ -198,8 +200,8 @@ fn a_steady_writer_does_not_starve_snapshots() {
             std::thread::yield_now(); // polling, not synchronisation: its write ends it
         }
         for _ in 0..200 {
-            let (took, snap) = timed_snapshot();
-            worst = worst.max(took);
+            let (cpu, snap) = timed_snapshot();
+            took.push(cpu);
             // The last variable as of the snapshot: its value is its version number.
             let seen = snap.get::<f32, IxDyn>("v0999").unwrap();
             assert_eq!(seen[[0]], seen.version() as f32);
@@ -207,10 +209,12 @@ fn a_steady_writer_does_not_starve_snapshots() {
         }
         drop(over);
         let writes = writer.join().unwrap();
-        eprintln!("quiet snapshot {quiet:?}, worst under {writes} writes {worst:?}");
+        took.sort();
+        let (p98, worst) = (took[195], took[199]);
+        eprintln!("quiet snapshot {quiet:?}; under {writes} writes p98 {p98:?}, worst {worst:?}");
+        assert!(
+            p98 <= quiet * 10,
+            "snapshots took {p98:?} of CPU (98th percentile) under one writer, a quiet one {quiet:?}"
+        );
     });
-    assert!(
-        worst <= quiet * 10,
-        "a snapshot took {worst:?} of CPU under one writer, a quiet one {quiet:?}"
-    );
 }
