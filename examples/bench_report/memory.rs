@@ -4,6 +4,9 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use crate::harness::workloads::{Memory, MemoryRun};
+use mvtensor::Variable;
+use ndarray::{ArrayD, IxDyn};
+
 use crate::harness::Variant;
 use crate::run::MEMORY_THREADS;
 
@@ -96,4 +99,45 @@ pub(crate) fn memory_child(args: &[String]) -> ExitCode {
         opt(live_all)
     );
     ExitCode::SUCCESS
+}
+
+/// Issue 8's trainer pattern: `threads` threads each hold `read()` of a 1K weight vector
+/// while they compute a gradient from it, then add the gradient, `steps` in all (as
+/// `tests/trainer_memory.rs` runs it). Returns the median and the largest count of live
+/// versions seen after a step, the warm-up (the first quarter of each thread's steps) left
+/// out of both.
+pub(crate) fn trainer_pattern_live(threads: usize, steps: usize) -> (usize, usize) {
+    let len = 1024;
+    let w = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
+    let per_thread = steps / threads;
+    let mut seen: Vec<usize> = std::thread::scope(|s| {
+        let trainers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut grad = ArrayD::<f32>::zeros(IxDyn(&[len]));
+                    let mut seen = Vec::with_capacity(per_thread);
+                    for _ in 0..per_thread {
+                        let weights = w.read(); // held across the step
+                        grad.zip_mut_with(&*weights, |g, &x| *g = 1.0 - 0.0 * x);
+                        w.assign_add(&grad)
+                            .expect("the gradient has the weights' shape");
+                        drop(weights);
+                        seen.push(w.stats().live_versions);
+                    }
+                    seen.split_off(per_thread / 4)
+                })
+            })
+            .collect();
+        trainers
+            .into_iter()
+            .flat_map(|t| t.join().expect("a trainer"))
+            .collect()
+    });
+    assert_eq!(
+        w.read()[[0]],
+        (per_thread * threads) as f32,
+        "every step applied once"
+    );
+    seen.sort_unstable();
+    (seen[seen.len() / 2], *seen.last().expect("steps"))
 }

@@ -13,7 +13,7 @@ use crate::harness::train::{self, TrainRun, TrainVariant, TRAIN_THREADS};
 use crate::harness::wine;
 use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
 use crate::harness::{median, Budget, Variant, SIZES, THREADS};
-use crate::memory::{memory_of, MemorySummary};
+use crate::memory::{memory_of, trainer_pattern_live, MemorySummary};
 
 /// How long each measurement runs, at `--scale 1`.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +80,9 @@ pub(crate) const BIG: usize = 1 << 20;
 /// Threads of the memory measurement (workload 2 at the goal's thread count).
 pub(crate) const MEMORY_THREADS: usize = 4;
 
+/// Steps of issue 8's trainer pattern, all threads together (the issue's count).
+pub(crate) const TRAINER_PATTERN_STEPS: usize = 100_000;
+
 /// One read-latency configuration's figures, in `Variant::ALL` order.
 pub(crate) type LatencyCells = Vec<(Variant, Latency)>;
 
@@ -99,6 +102,8 @@ pub(crate) struct Results {
     pub(crate) optimizer: HashMap<(usize, OptimizerVariant), f64>,
     /// By (elements, variant): every variant at 1M, mvtensor also at the smaller sizes.
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
+    /// Issue 8's trainer pattern: live versions after a step, median and max.
+    pub(crate) trainer_live: (usize, usize),
     /// CPU ns per operation beside the same run's floor.
     pub(crate) costs: Costs,
     /// Trainer step latency without and with a checkpointer, by variant.
@@ -339,6 +344,8 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
             }
         }
     }
+    progress(started, "memory: the trainer pattern");
+    let trainer_live = trainer_pattern_live(MEMORY_THREADS, TRAINER_PATTERN_STEPS);
 
     Results {
         bandwidth: bw,
@@ -348,6 +355,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         sections,
         optimizer,
         memory,
+        trainer_live,
         costs,
         checkpoints,
         train,
