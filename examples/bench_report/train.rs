@@ -56,7 +56,11 @@ impl Report<'_> {
              same {} steps from the same start; a step reads the parameters, computes the loss and \
              gradients and applies Adam. mvtensor: the four tensors packed in one variable \
              (`optim::Packed`, one snapshot a step) and `optim::Optimizer` (one execution per \
-             step). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
+             step). Batches are drawn in the stepping thread, and there is no loss metric or \
+             checkpointer: `examples/train.rs` adds a producer feeding batches through a \
+             `TensorQueue`, a shared `metrics::Mean` and periodic checkpoints, which no lock \
+             variant has, so they are left out of every variant here (checkpoints' cost is \
+             workload 8's). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
              TensorFlow's notes recommend), a parking_lot `Mutex` locked to copy and to apply, a \
              parking_lot `RwLock` read-locked for the forward and backward pass and write-locked \
              for Adam; *racy*: no lock at all (parameters and moments in relaxed atomic cells, \
