@@ -17,64 +17,20 @@
 //! `initial + W * U` everywhere (f32 is exact below 2^24); it is checked element by element,
 //! and the process exits non-zero if any variant lost an update.
 
-/// The benchmarks' in-place add at its best (`benches/harness/wide.rs`), for the mutex.
-#[allow(dead_code)]
-#[path = "../benches/harness/wide.rs"]
-mod wide;
+/// The benchmarks' harness: the workload itself is `harness::main_job`, which the report
+/// measures too.
+#[allow(unused_imports)] // the harness is shared: this job uses part of it
+#[path = "../benches/harness/mod.rs"]
+mod harness;
 
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use mvtensor::Variable;
-use ndarray::{ArrayD, ArrayRef, IxDyn};
 
-/// Elements each read sums: the "small amount of work" a reader does on what it read.
-const READ_SLICE: usize = 64;
-
-/// A shared tensor under test; one generic driver ([`run`]) gives each the same workload.
-trait Subject: Sync {
-    /// Adds `delta` elementwise.
-    fn add(&self, delta: &ArrayD<f32>);
-    /// Reads the current value and sums its first [`READ_SLICE`] elements.
-    fn read_work(&self) -> f32;
-    /// A copy of the current value.
-    fn final_value(&self) -> ArrayD<f32>;
-}
-
-impl Subject for Variable<f32> {
-    fn add(&self, delta: &ArrayD<f32>) {
-        self.assign_add(delta)
-            .expect("delta has the variable's shape");
-    }
-    fn read_work(&self) -> f32 {
-        slice_sum(&self.read())
-    }
-    fn final_value(&self) -> ArrayD<f32> {
-        self.read().data().clone()
-    }
-}
-
-impl Subject for Mutex<ArrayD<f32>> {
-    fn add(&self, delta: &ArrayD<f32>) {
-        wide::add_array(&mut self.lock().unwrap(), delta);
-    }
-    fn read_work(&self) -> f32 {
-        slice_sum(&self.lock().unwrap())
-    }
-    fn final_value(&self) -> ArrayD<f32> {
-        self.lock().unwrap().clone()
-    }
-}
-
-fn slice_sum(a: &ArrayRef<f32, IxDyn>) -> f32 {
-    let slice = a.as_slice().expect("a standard-layout tensor");
-    slice[..READ_SLICE].iter().sum()
-}
+use harness::main_job::{rounds, Job, Outcome, READ_SLICE};
+use harness::INITIAL_MAX;
 
 /// The workload, from the command line.
 struct Config {
@@ -128,155 +84,18 @@ impl Config {
             return Err(format!("--elements must be at least {READ_SLICE}"));
         }
         // The final value must stay exact in f32: initial values are below INITIAL_MAX.
-        if cfg.writers == 0 || cfg.updates == 0 || cfg.total() + INITIAL_MAX > 1 << 24 {
+        if cfg.writers == 0 || cfg.updates == 0 || cfg.job().total() + INITIAL_MAX > 1 << 24 {
             return Err("need 1 <= writers * updates <= 2^24 - 1000 (f32 must stay exact)".into());
         }
         Ok(cfg)
     }
 
-    fn total(&self) -> usize {
-        self.writers.saturating_mul(self.updates)
-    }
-}
-
-/// Initial values are `i % INITIAL_MAX`: not uniform, so that a misplaced element shows.
-const INITIAL_MAX: usize = 1000;
-
-/// What one variant did.
-struct Outcome {
-    updates_per_s: f64,
-    /// `read_work` calls per second, all readers together.
-    reads_per_s: f64,
-    /// Latency of `read_work` calls, in nanoseconds, over all readers.
-    latency: Histogram<u64>,
-    /// `Err` describes what was wrong with the final value or with what readers saw.
-    check: Result<(), String>,
-}
-
-/// What one reader saw.
-struct ReaderLog {
-    latency: Histogram<u64>,
-    /// The sum it read last: after every writer had returned, so it must be the final one.
-    last: f32,
-    /// Reads that returned an older value than the reader's previous read.
-    went_back: u64,
-}
-
-/// Runs the workload on `subject`, which must hold `initial`: `cfg.writers` threads add ones
-/// `cfg.updates` times each, while `cfg.readers` threads call `read_work` until they are done.
-fn run<S: Subject>(subject: &S, initial: &ArrayD<f32>, cfg: &Config) -> Outcome {
-    let delta = ArrayD::<f32>::ones(initial.raw_dim());
-    let start = Barrier::new(cfg.writers + cfg.readers + 1);
-    let done = AtomicBool::new(false);
-
-    let (elapsed, logs) = thread::scope(|s| {
-        let writers: Vec<_> = (0..cfg.writers)
-            .map(|_| {
-                s.spawn(|| {
-                    start.wait();
-                    // Each writer's own clock: with more threads than cores the main thread
-                    // may run well after the writers begin, and a clock started there missed
-                    // their first updates (the harness measured 2.5x too fast at 8 threads).
-                    let began = Instant::now();
-                    for _ in 0..cfg.updates {
-                        subject.add(&delta);
-                    }
-                    (began, Instant::now())
-                })
-            })
-            .collect();
-        let readers: Vec<_> = (0..cfg.readers)
-            .map(|_| s.spawn(|| read_until(subject, &start, &done)))
-            .collect();
-
-        start.wait();
-        let spans: Vec<(Instant, Instant)> = writers
-            .into_iter()
-            .map(|w| w.join().expect("a writer panicked"))
-            .collect();
-        let first = spans.iter().map(|s| s.0).min().expect("a writer");
-        let last = spans.iter().map(|s| s.1).max().expect("a writer");
-        let elapsed = last - first;
-        // Release: every writer's update happens-before the readers' last read.
-        done.store(true, Ordering::Release);
-        let logs: Vec<ReaderLog> = readers
-            .into_iter()
-            .map(|r| r.join().expect("a reader panicked"))
-            .collect();
-        (elapsed, logs)
-    });
-
-    let expected = initial + &(&delta * cfg.total() as f32);
-    let mut latency = new_histogram();
-    let mut check = compare(&subject.final_value(), &expected);
-    for log in &logs {
-        latency.add(&log.latency).expect("same histogram bounds");
-        if check.is_ok() && log.went_back > 0 {
-            check = Err(format!(
-                "a reader went back in time {} times",
-                log.went_back
-            ));
+    fn job(&self) -> Job {
+        Job {
+            writers: self.writers,
+            readers: self.readers,
+            updates: self.updates,
         }
-        if check.is_ok() && log.last != slice_sum(&expected) {
-            check = Err(format!("a reader's last read saw {}", log.last));
-        }
-    }
-    Outcome {
-        updates_per_s: cfg.total() as f64 / elapsed.as_secs_f64(),
-        reads_per_s: latency.len() as f64 / elapsed.as_secs_f64(),
-        latency,
-        check,
-    }
-}
-
-/// A reader: times every `read_work` call until the writers are done, then reads once more.
-fn read_until(subject: &impl Subject, start: &Barrier, done: &AtomicBool) -> ReaderLog {
-    let mut log = ReaderLog {
-        latency: new_histogram(),
-        last: f32::NEG_INFINITY,
-        went_back: 0,
-    };
-    start.wait();
-    loop {
-        // Acquire: pairs with the Release in `run`, so the read after it sees every update.
-        let finished = done.load(Ordering::Acquire);
-        let t0 = Instant::now();
-        let sum = subject.read_work();
-        log.latency.saturating_record(nanos(t0.elapsed()));
-        // Elements only grow, so neither may the sum of a prefix.
-        log.went_back += u64::from(sum < log.last);
-        log.last = sum;
-        if finished {
-            return log;
-        }
-    }
-}
-
-fn new_histogram() -> Histogram<u64> {
-    // 1 ns to 60 s, 3 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-}
-
-/// `Ok` if `found == expected` element for element, else a description of the first mismatch.
-fn compare(found: &ArrayD<f32>, expected: &ArrayD<f32>) -> Result<(), String> {
-    if found.shape() != expected.shape() {
-        return Err(format!("shape {:?}", found.shape()));
-    }
-    let mut wrong = found
-        .iter()
-        .zip(expected)
-        .enumerate()
-        .filter(|(_, (f, e))| f != e);
-    match wrong.next() {
-        None => Ok(()),
-        Some((i, (f, e))) => Err(format!(
-            "{} elements wrong, e.g. [{i}] = {f}, expected {e}",
-            1 + wrong.count()
-        )),
     }
 }
 
@@ -343,24 +162,10 @@ fn main() -> ExitCode {
     let mut failed = false;
     let mut summaries = Vec::new();
     for &n in &cfg.elements {
-        let initial = ArrayD::from_shape_fn(IxDyn(&[n]), |i| (i[0] % INITIAL_MAX) as f32);
+        let initial = harness::initial(n);
+        let (pairs, stats) = rounds(&initial, cfg.job(), cfg.rounds);
         let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        let mut stats = None;
-        for round in 0..cfg.rounds {
-            let mut mv = || {
-                let variable = Variable::new(initial.clone());
-                let outcome = run(&variable, &initial, &cfg);
-                stats = Some(variable.stats());
-                outcome
-            };
-            let mutex = || run(&Mutex::new(initial.clone()), &initial, &cfg);
-            let (a, b) = if round % 2 == 0 {
-                let a = mv();
-                (a, mutex())
-            } else {
-                let b = mutex();
-                (mv(), b)
-            };
+        for (a, b) in pairs {
             failed |= a.check.is_err() || b.check.is_err();
             ratios.push(a.updates_per_s / b.updates_per_s);
             ours.push(a);
@@ -369,7 +174,7 @@ fn main() -> ExitCode {
         let (ours, theirs) = (median_round(ours), median_round(theirs));
         print_row(n, "mvtensor", &ours);
         print_row(n, "mutex", &theirs);
-        summaries.push((n, ours, theirs, ratios, stats.expect("at least one round")));
+        summaries.push((n, ours, theirs, ratios, stats));
     }
 
     println!();

@@ -14,6 +14,7 @@
 pub mod checkpoints;
 pub mod costs;
 pub mod embedding;
+pub mod main_job;
 pub mod optimizer;
 pub mod placement;
 pub mod sections;

@@ -5,7 +5,7 @@ use crate::harness::sections::{Body, SectionVariant};
 use crate::harness::workloads::Dense;
 use crate::harness::{size_label, Variant, SIZES, THREADS};
 use crate::report::Report;
-use crate::run::{BIG, MEMORY_THREADS};
+use crate::run::{BIG, MAIN_JOB, MEMORY_THREADS};
 
 /// One goal's line in the summary table.
 pub(crate) struct Goal {
@@ -24,6 +24,7 @@ impl Report<'_> {
             self.goal_read_mostly(),
             self.goal_write_big(),
             self.goal_write_small(),
+            self.goal_main_job(),
             self.goal_section(),
             self.goal_optimizer(),
             self.goal_checkpoints(),
@@ -321,6 +322,60 @@ impl Report<'_> {
                 latency(lock64),
                 mv64 as f64 / lock64 as f64,
                 batch(mid, 4),
+            ),
+        }
+    }
+
+    /// The README's main job (issue 8): at 64K with 4 writers (and 2 readers), mvtensor's
+    /// updates/s at least 0.9x the mutex's.
+    fn goal_main_job(&self) -> Goal {
+        let job = &self.r.main_job;
+        let (n, shape) = MAIN_JOB;
+        let sorted = |pairs: &[(f64, f64)]| {
+            let mut rs: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
+            rs.sort_by(f64::total_cmp);
+            rs
+        };
+        let (updates, reads) = (sorted(&job.updates), sorted(&job.reads));
+        let median = |rs: &[f64]| rs[rs.len() / 2];
+        let mid = |pairs: &[(f64, f64)], side: fn(&(f64, f64)) -> f64| {
+            let mut xs: Vec<f64> = pairs.iter().map(side).collect();
+            xs.sort_by(f64::total_cmp);
+            xs[xs.len() / 2]
+        };
+        let (mv, mutex) = (mid(&job.updates, |p| p.0), mid(&job.updates, |p| p.1));
+        Goal {
+            name: format!(
+                "The README's main job ({} f32, {} writers, {} readers)",
+                size_label(n),
+                shape.writers,
+                shape.readers
+            ),
+            target: "mvtensor's updates/s ≥ 0.9x the mutex's (issue 8)".into(),
+            measured: format!(
+                "{:.2}x (median of {} alternated rounds, {:.2}-{:.2}x; {} vs {} updates/s); \
+                 reads/s {:.2}x the mutex's",
+                median(&updates),
+                updates.len(),
+                updates[0],
+                updates[updates.len() - 1],
+                rate(mv),
+                rate(mutex),
+                median(&reads),
+            ),
+            met: median(&updates) >= 0.9,
+            why: format!(
+                "{:.2}x instead of 0.9x. Six threads share two cores: mvtensor's readers never \
+                 wait, so they keep their share of the cores while the writers run ({:.2}x the \
+                 mutex's reads), where a mutex's readers sleep whenever a writer holds it and \
+                 leave the cores to its writers. The writers' own loss is the write-heavy one \
+                 at 64K (the goal above): each update streams one more 256 KiB tensor than the \
+                 add in place, and with more threads than cores they rarely overlap (combining \
+                 merged {:.2} deltas per pass in the last round). `--readers 0` compares the \
+                 writers alone: the write-heavy table's 64K rows.",
+                median(&updates),
+                median(&reads),
+                job.batch,
             ),
         }
     }

@@ -196,10 +196,9 @@ const WHY: &str = r#"
   their own). With more
   threads than cores they rarely overlap at all: the OS runs a writer for a time slice of
   milliseconds, hundreds of passes, while the others wait for a core, not for the flag. The
-  README's main job (64K, 4 writers and 2 readers on 2 cores) made 7,818 passes for 8,000
-  deltas; its mutex wins 2.3x on updates/s while mvtensor's readers, who never wait, do 2.1x
-  the mutex's reads (measured 2026-11-24): what the writers lose is the readers' share of
-  the two cores plus the out-of-place pass.
+  README's main job (64K, 4 writers and 2 readers on 2 cores; its goal above, measured in
+  this run) shows both: what its writers lose is the readers' share of the two cores, which
+  mvtensor's readers keep because they never wait, plus the out-of-place pass.
 * **A tiny execution is mostly machinery.** An execution writes its working copy in place
   and allocates nothing, but still takes a ticket, pins the epoch, fills a pooled working
   copy, publishes it and retires the old version (about 1,300 instructions by callgrind),

@@ -7,6 +7,7 @@ use crate::checkpoints::CheckpointCells;
 use crate::harness::checkpoints::{self, CheckpointVariant};
 use crate::harness::costs::{self, CostPlan, Costs};
 use crate::harness::embedding::{self, EmbeddingVariant, Indices};
+use crate::harness::main_job::{self, Job};
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
 use crate::harness::train::{self, TrainRun, TrainVariant, TRAIN_THREADS};
@@ -47,6 +48,8 @@ pub(crate) struct Plan {
     pub(crate) train_rounds: usize,
     /// One run of one embedding cell (workload 10); `rounds` runs per cell.
     pub(crate) embedding: Duration,
+    /// Rounds of the README's main job, each variant once a round (the example's default).
+    pub(crate) main_job_rounds: usize,
 }
 
 /// Rounds of the checkpoint workload; a cell merges them.
@@ -69,6 +72,7 @@ impl Plan {
             train_steps: (15000.0 * scale) as usize,
             train_rounds: 7,
             embedding: ms(200.0),
+            main_job_rounds: ((5.0 * scale).round() as usize).max(1),
         }
     }
 }
@@ -79,6 +83,48 @@ pub(crate) const LATENCY_CONFIGS: [(usize, usize); 3] = [(1, 1), (2, 2), (4, 4)]
 pub(crate) const BIG: usize = 1 << 20;
 /// Threads of the memory measurement (workload 2 at the goal's thread count).
 pub(crate) const MEMORY_THREADS: usize = 4;
+
+/// The README's main job as `examples/contention.rs` runs it by default: 64K f32.
+pub(crate) const MAIN_JOB: (usize, Job) = (
+    1 << 16,
+    Job {
+        writers: 4,
+        readers: 2,
+        updates: 2_000,
+    },
+);
+
+/// What the main job measured: per round (mvtensor's, the mutex's) updates/s and reads/s.
+pub(crate) struct MainJob {
+    pub(crate) updates: Vec<(f64, f64)>,
+    pub(crate) reads: Vec<(f64, f64)>,
+    /// mvtensor's deltas per combined pass, last round.
+    pub(crate) batch: f64,
+}
+
+fn main_job(rounds: usize) -> MainJob {
+    let (n, job) = MAIN_JOB;
+    let (pairs, stats) = main_job::rounds(&crate::harness::initial(n), job, rounds);
+    for (mv, mutex) in &pairs {
+        assert!(
+            mv.check.is_ok() && mutex.check.is_ok(),
+            "the main job's check failed: {:?} {:?}",
+            mv.check,
+            mutex.check
+        );
+    }
+    MainJob {
+        updates: pairs
+            .iter()
+            .map(|(a, b)| (a.updates_per_s, b.updates_per_s))
+            .collect(),
+        reads: pairs
+            .iter()
+            .map(|(a, b)| (a.reads_per_s, b.reads_per_s))
+            .collect(),
+        batch: stats.combined_deltas as f64 / stats.combined_batches.max(1) as f64,
+    }
+}
 
 /// Steps of issue 8's trainer pattern, all threads together (the issue's count).
 pub(crate) const TRAINER_PATTERN_STEPS: usize = 100_000;
@@ -104,6 +150,9 @@ pub(crate) struct Results {
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
     /// Issue 8's trainer pattern: live versions after a step, median and max.
     pub(crate) trainer_live: (usize, usize),
+    /// The README's main job ([`MAIN_JOB`], 64K): per round, mvtensor's and the mutex's
+    /// updates/s and reads/s; and mvtensor's deltas per combined pass, last round.
+    pub(crate) main_job: MainJob,
     /// CPU ns per operation beside the same run's floor.
     pub(crate) costs: Costs,
     /// Trainer step latency without and with a checkpointer, by variant.
@@ -335,6 +384,9 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         }
     }
 
+    progress(started, "the README's main job");
+    let main_job = main_job(plan.main_job_rounds);
+
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
     for n in SIZES {
@@ -356,6 +408,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
         optimizer,
         memory,
         trainer_live,
+        main_job,
         costs,
         checkpoints,
         train,
