@@ -3,8 +3,8 @@
 # gungraun): about 2 minutes, plus about 5 to install the runner when it is missing. The
 # runner must be the version of the gungraun library in Cargo.lock. Needs valgrind.
 #
-# Not in CI: it prints counts to compare by eye (a fresh machine has no baseline to
-# regress from) and its runner costs CI five minutes to build. Run it before and after a
+# Not in CI: it prints counts to compare by eye with docs/instructions.md (the baseline,
+# counted on this project's machine) and its runner costs CI five minutes to build. Run it before and after a
 # change to the write path: an instruction count does not move with the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."

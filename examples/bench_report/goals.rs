@@ -424,12 +424,12 @@ impl Report<'_> {
                 "Counter: {:.3}x at worst against its goal ({} threads, against {}). With one \
                  thread an execution took {} against {} for the best lock, whose body is one \
                  add. An execution writes its working copy in place and allocates nothing, and a \
-                 lone one skips the batch bookkeeping, but it still pays, in about 1,300 \
+                 lone one skips the batch bookkeeping, but it still pays, in about 1,450 \
                  instructions (callgrind): the re-entrancy mark, the batch flag and its release, \
                  a ticket per resource, an epoch pin, a pooled working copy, the install of a \
                  new version and the retirement of the old one through the epoch (limbo). A \
                  version per commit is the design's floor: the lock-free `fetch_add`, which pays \
-                 only that, costs ~480 instructions (its time and ratio: the cost table), so the 1-thread goal \
+                 only that, costs ~600 instructions (its time and ratio: the cost table; counts: docs/instructions.md), so the 1-thread goal \
                  (an execution within the best lock's time ÷ 0.35) is out of reach while every commit publishes a version. Executions that arrive together \
                  run back to back on one thread and commit once (a batch); waiters spin while \
                  cores are free (one here), the others park: at 8 threads an execution took {} ({:.1}x its one-thread cost). (The lock-free \

@@ -135,8 +135,8 @@ fn cost_why(row: &str) -> &'static str {
          version any thread retired meanwhile (2026-11-27). The scalar API (`fetch_add`, \
          next row) writes in place into a pooled version instead."
     } else if row.starts_with("fetch_add") {
-        "No array per call, but the write path's fixed costs stay (callgrind: ~480 \
-         instructions per call against ~11 for the lock): an epoch pin, a pool take (two \
+        "No array per call, but the write path's fixed costs stay (callgrind: ~600 \
+         instructions per call against ~11 for the lock, docs/instructions.md): an epoch pin, a pool take (two \
          swaps), the clock and horizon reads, the head CAS, the retirement into this \
          thread's batch, and a share of a crossbeam `flush` per 32 versions (and of a \
          `defer` per grace period). A version per increment is what makes the old value a \
@@ -146,7 +146,7 @@ fn cost_why(row: &str) -> &'static str {
         "A read is an epoch pin (crossbeam: one atomic read-modify-write on this thread's \
          slot, and the thread-local lookups around it), two acquire loads (the head and its \
          record) and a store to one of this thread's hold slots; dropping the snapshot \
-         clears the slot (~100 instructions in all, by callgrind). The RwLock's read and \
+         clears the slot (~145 instructions in all, by callgrind: docs/instructions.md). The RwLock's read and \
          unlock are two read-modify-writes on one line. Where those cost ~8 ns each (the \
          Intel Xeon of earlier reports: 16.8 ns for the lock) the read met the target at \
          0.63x; where they cost ~2.5 ns (an AMD EPYC: 5.4 ns for the lock) the pin's one \
@@ -201,7 +201,7 @@ const WHY: &str = r#"
   mvtensor's readers keep because they never wait, plus the out-of-place pass.
 * **A tiny execution is mostly machinery.** An execution writes its working copy in place
   and allocates nothing, but still takes a ticket, pins the epoch, fills a pooled working
-  copy, publishes it and retires the old version (about 1,300 instructions by callgrind),
+  copy, publishes it and retires the old version (about 1,450 instructions by callgrind),
   where the mutex body is one add (issue 9). An optimizer step pays the same per variable:
   a hand-written Adam over 13 variables copies 12 working copies and installs and retires
   13 versions (~19.1k instructions per step against ~4.6k for the same step on plain
@@ -209,7 +209,7 @@ const WHY: &str = r#"
   moments and the step count in one variable, computes each working copy from the value it
   replaces (`Txn::rewrite`: no copy first) and pays for 5 versions (~11.4k), 2 with the
   parameters packed in one variable (`optim::Packed`: ~8.3k), or 1 with the state in the
-  packed set too (`build_packed`: ~7.0k, of which the Adam pass is ~3.7k).
+  packed set too (`build_packed`: ~7.1k, of which the Adam pass is ~3.7k).
   Under contention, executions that arrive together run as one batch on the thread that
   holds the section and commit once, which removes the hand-offs of a strict FIFO queue
   (before batches, 8 threads on 2 cores managed ~170 k executions/s, every hand-off waiting
