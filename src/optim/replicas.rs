@@ -219,10 +219,38 @@ impl<A: Element + NdFloat> Replicas<A> {
         }
     }
 
-    /// The asynchronous mode: applies this worker's gradients at once, on their own.
+    /// The asynchronous mode: applies this worker's gradients at once, on their own
+    /// (through [`Optimizer::step`]), and returns the optimizer's step number.
+    ///
+    /// Unlike [`step`](Self::step) there is no barrier: a worker never waits for the others,
+    /// so none waits for the slowest. The price: each gradient is applied unaveraged, as a
+    /// step of its own (N workers take N steps where `step` takes one, with their mean), and
+    /// may have been computed against parameters that other workers' steps have changed
+    /// since. The optimizer's section serialises the steps, so each call gets a step number
+    /// of its own, and a reader sees the parameters of one step or the next, never a mix.
+    ///
+    /// ```
+    /// use mvtensor::optim::{Optimizer, Replicas};
+    /// use mvtensor::Variable;
+    /// use ndarray::Array1;
+    ///
+    /// let w = Variable::new(Array1::<f64>::zeros(2));
+    /// let replicas = Replicas::new(Optimizer::sgd(0.5).param(&w).build()?, 3);
+    /// let steps = replicas.run(|worker| {
+    ///     let grad = Array1::from_elem(2, worker as f64); // 0, 1, 2
+    ///     replicas.step_async(&grad) // no waiting for the other workers
+    /// });
+    /// // Three steps, one per worker, in the order they came: each number once.
+    /// let mut steps = steps.into_iter().collect::<Result<Vec<i64>, _>>()?;
+    /// steps.sort();
+    /// assert_eq!(steps, [1, 2, 3]);
+    /// assert_eq!(w.read()[0], -1.5); // 0.5 * (0 + 1 + 2): every gradient, not their mean
+    /// # Ok::<(), mvtensor::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// As for [`Optimizer::step`].
+    /// As for [`Optimizer::step`]: bad gradients fail this worker's call alone, and nothing
+    /// of it is applied.
     pub fn step_async(&self, grads: impl Gradients<A>) -> Result<i64> {
         self.optimizer.step(grads)
     }
