@@ -228,6 +228,9 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// may have been computed against parameters that other workers' steps have changed
     /// since. The optimizer's section serialises the steps, so each call gets a step number
     /// of its own, and a reader sees the parameters of one step or the next, never a mix.
+    /// It takes no part in the synchronous steps' gate: any number of threads may call it,
+    /// [`stop`](Self::stop) does not stop it, and a worker of [`run`](Self::run) that
+    /// panics stops only the others' `step`s (`run` still waits for every worker).
     ///
     /// ```
     /// use mvtensor::optim::{Optimizer, Replicas};
