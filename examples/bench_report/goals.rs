@@ -368,7 +368,11 @@ impl Report<'_> {
                 "{:.2}x instead of 0.9x. Six threads share two cores: mvtensor's readers never \
                  wait, so they keep their share of the cores while the writers run ({:.2}x the \
                  mutex's reads), where a mutex's readers sleep whenever a writer holds it and \
-                 leave the cores to its writers. The writers' own loss is the write-heavy one \
+                 leave the cores to its writers (perf, 2026-11-28: the readers' sums, clock \
+                 reads and histograms took ~60% of mvtensor's samples, its writers' adds ~24%; \
+                 few context switches either way). The goal counts the writers alone, and \
+                 readers that never wait take what a lock would give its writers. The \
+                 writers' own loss is the write-heavy one \
                  at 64K (the goal above): each update streams one more 256 KiB tensor than the \
                  add in place, and with more threads than cores they rarely overlap (combining \
                  merged {:.2} deltas per pass in the last round). `--readers 0` compares the \
