@@ -29,7 +29,7 @@ use std::thread;
 
 use hdrhistogram::Histogram;
 
-use harness::main_job::{rounds, Job, Outcome, READ_SLICE};
+use harness::main_job::{self, rounds, Job, Outcome, READ_SLICE};
 use harness::INITIAL_MAX;
 
 /// The workload, from the command line.
@@ -47,11 +47,11 @@ impl Config {
 
     fn from_args() -> Result<Self, String> {
         let mut cfg = Config {
-            elements: vec![1 << 16],
-            writers: 4,
-            readers: 2,
-            updates: 2_000,
-            rounds: 5,
+            elements: vec![main_job::ELEMENTS],
+            writers: main_job::JOB.writers,
+            readers: main_job::JOB.readers,
+            updates: main_job::JOB.updates,
+            rounds: main_job::ROUNDS,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -163,7 +163,7 @@ fn main() -> ExitCode {
     let mut summaries = Vec::new();
     for &n in &cfg.elements {
         let initial = harness::initial(n);
-        let (pairs, stats) = rounds(&initial, cfg.job(), cfg.rounds);
+        let (pairs, variable) = rounds(&initial, cfg.job(), cfg.rounds);
         let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for (a, b) in pairs {
             failed |= a.check.is_err() || b.check.is_err();
@@ -174,7 +174,7 @@ fn main() -> ExitCode {
         let (ours, theirs) = (median_round(ours), median_round(theirs));
         print_row(n, "mvtensor", &ours);
         print_row(n, "mutex", &theirs);
-        summaries.push((n, ours, theirs, ratios, stats));
+        summaries.push((n, ours, theirs, ratios, variable.stats()));
     }
 
     println!();

@@ -31,6 +31,7 @@ mod queue;
 mod queued_updates;
 mod rayon;
 mod replicas;
+mod replicas_async;
 mod rewrite;
 mod rows;
 mod schedule;

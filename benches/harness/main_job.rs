@@ -15,9 +15,23 @@ use mvtensor::Variable;
 use ndarray::{ArrayD, ArrayRef, IxDyn};
 
 use super::wide;
+use super::workloads::new_histogram;
 
 /// Elements each read sums: the "small amount of work" a reader does on what it read.
 pub const READ_SLICE: usize = 64;
+
+/// The main job's defaults: a 64K-element tensor (256 KiB).
+pub const ELEMENTS: usize = 1 << 16;
+
+/// The main job's defaults: 4 writers of 2,000 updates each, 2 readers.
+pub const JOB: Job = Job {
+    writers: 4,
+    readers: 2,
+    updates: 2_000,
+};
+
+/// Rounds of each variant by default.
+pub const ROUNDS: usize = 5;
 
 /// The shape of one run: `writers` threads add ones `updates` times each, while `readers`
 /// threads read until they are done.
@@ -162,19 +176,19 @@ pub fn run<S: Shared>(subject: &S, initial: &ArrayD<f32>, job: Job) -> Outcome {
 }
 
 /// mvtensor and the mutex, `rounds` times each, alternating which goes first: every
-/// round's outcomes (mvtensor's, the mutex's) and mvtensor's stats of the last round.
+/// round's outcomes (mvtensor's, the mutex's) and mvtensor's variable of the last round.
 pub fn rounds(
     initial: &ArrayD<f32>,
     job: Job,
     rounds: usize,
-) -> (Vec<(Outcome, Outcome)>, mvtensor::Stats) {
-    let mut stats = None;
+) -> (Vec<(Outcome, Outcome)>, Variable<f32>) {
+    let mut last = None;
     let pairs = (0..rounds)
         .map(|round| {
             let mut mv = || {
                 let variable = Variable::new(initial.clone());
                 let outcome = run(&variable, initial, job);
-                stats = Some(variable.stats());
+                last = Some(variable);
                 outcome
             };
             let mutex = || run(&Mutex::new(initial.clone()), initial, job);
@@ -187,7 +201,7 @@ pub fn rounds(
             }
         })
         .collect();
-    (pairs, stats.expect("at least one round"))
+    (pairs, last.expect("at least one round"))
 }
 
 /// A reader: times every `read_work` call until the writers are done, then reads once more.
@@ -211,11 +225,6 @@ fn read_until(subject: &impl Shared, start: &Barrier, done: &AtomicBool) -> Read
             return log;
         }
     }
-}
-
-fn new_histogram() -> Histogram<u64> {
-    // 1 ns to 60 s, 3 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
 fn nanos(d: Duration) -> u64 {

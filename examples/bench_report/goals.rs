@@ -1,11 +1,12 @@
-//! The goals: each one's target, what this run measured, and why it is missed.
+//! The goals: each one's target, what this run measured, and why it is missed (the main job's
+//! goal is in `main_job`, the memory goal in `memory`).
 
-use crate::format::{latency, mib, rate};
+use crate::format::{latency, rate};
 use crate::harness::sections::{Body, SectionVariant};
 use crate::harness::workloads::Dense;
 use crate::harness::{size_label, Variant, SIZES, THREADS};
 use crate::report::Report;
-use crate::run::{BIG, MAIN_JOB, MEMORY_THREADS};
+use crate::run::BIG;
 
 /// One goal's line in the summary table.
 pub(crate) struct Goal {
@@ -296,91 +297,46 @@ impl Report<'_> {
                 r64k.joined()
             ),
             met: r1k.all_at_least(0.9) && r64k.all_at_least(1.0),
-            why: format!(
-                "1K: {} at worst. The loss is there with one thread already: {} per update \
-                 against {} for the best lock, {:.1}x. The lock's update is the add itself; \
-                 mvtensor adds a combining handshake, a pooled version, a head CAS and its share \
-                 of a batched epoch retirement per pass (\"Cost per operation\" breaks it \
-                 down). At 8 threads combining merged {} deltas per pass, not enough to pay for \
-                 that, while an unfair lock lets the running thread take it again without a \
-                 context switch. 64K: {} at worst. One thread: {} per update against {} in \
-                 place, {:.1}x: copy-on-write streams one more 256 KiB tensor than the add in \
-                 place (the out-of-place add alone costs about 1.5x the in-place one, \
-                 \"Cost per operation\"). At 4 threads combining merged {} deltas per pass, \
-                 which saves a pass per merged delta but not the extra stream, and a 64K \
-                 writer that waits yields a few times and then parks: its wake-up is on the \
-                 path of the pass that served it. What would close it: passes that merge more \
-                 deltas than two cores let writers overlap, or an in-place write, which a \
-                 published version cannot take.",
-                worst(&r1k, small),
-                latency(mv1),
-                latency(lock1),
-                mv1 as f64 / lock1 as f64,
-                batch(small, 8),
-                worst(&r64k, mid),
-                latency(mv64),
-                latency(lock64),
-                mv64 as f64 / lock64 as f64,
-                batch(mid, 4),
-            ),
-        }
-    }
-
-    /// The README's main job (issue 8): at 64K with 4 writers (and 2 readers), mvtensor's
-    /// updates/s at least 0.9x the mutex's.
-    fn goal_main_job(&self) -> Goal {
-        let job = &self.r.main_job;
-        let (n, shape) = MAIN_JOB;
-        let sorted = |pairs: &[(f64, f64)]| {
-            let mut rs: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
-            rs.sort_by(f64::total_cmp);
-            rs
-        };
-        let (updates, reads) = (sorted(&job.updates), sorted(&job.reads));
-        let median = |rs: &[f64]| rs[rs.len() / 2];
-        let mid = |pairs: &[(f64, f64)], side: fn(&(f64, f64)) -> f64| {
-            let mut xs: Vec<f64> = pairs.iter().map(side).collect();
-            xs.sort_by(f64::total_cmp);
-            xs[xs.len() / 2]
-        };
-        let (mv, mutex) = (mid(&job.updates, |p| p.0), mid(&job.updates, |p| p.1));
-        Goal {
-            name: format!(
-                "The README's main job ({} f32, {} writers, {} readers)",
-                size_label(n),
-                shape.writers,
-                shape.readers
-            ),
-            target: "mvtensor's updates/s ≥ 0.9x the mutex's (issue 8)".into(),
-            measured: format!(
-                "{:.2}x (median of {} alternated rounds, {:.2}-{:.2}x; {} vs {} updates/s); \
-                 reads/s {:.2}x the mutex's",
-                median(&updates),
-                updates.len(),
-                updates[0],
-                updates[updates.len() - 1],
-                rate(mv),
-                rate(mutex),
-                median(&reads),
-            ),
-            met: median(&updates) >= 0.9,
-            why: format!(
-                "{:.2}x instead of 0.9x. Six threads share two cores: mvtensor's readers never \
-                 wait, so they keep their share of the cores while the writers run ({:.2}x the \
-                 mutex's reads), where a mutex's readers sleep whenever a writer holds it and \
-                 leave the cores to its writers (perf, 2026-11-28: the readers' sums, clock \
-                 reads and histograms took ~60% of mvtensor's samples, its writers' adds ~24%; \
-                 few context switches either way). The goal counts the writers alone, and \
-                 readers that never wait take what a lock would give its writers. The \
-                 writers' own loss is the write-heavy one \
-                 at 64K (the goal above): each update streams one more 256 KiB tensor than the \
-                 add in place, and with more threads than cores they rarely overlap (combining \
-                 merged {:.2} deltas per pass in the last round). `--readers 0` compares the \
-                 writers alone: the write-heavy table's 64K rows.",
-                median(&updates),
-                median(&reads),
-                job.batch,
-            ),
+            why: [
+                (!r1k.all_at_least(0.9)).then(|| {
+                    format!(
+                        "1K: {} at worst. The loss is there with one thread already: {} per \
+                         update against {} for the best lock, {:.1}x. The lock's update is the \
+                         add itself; mvtensor adds a combining handshake, a pooled version, a \
+                         head CAS and its share of a batched epoch retirement per pass (\"Cost \
+                         per operation\" breaks it down). At 8 threads combining merged {} \
+                         deltas per pass, not enough to pay for that, while an unfair lock lets \
+                         the running thread take it again without a context switch.",
+                        worst(&r1k, small),
+                        latency(mv1),
+                        latency(lock1),
+                        mv1 as f64 / lock1 as f64,
+                        batch(small, 8),
+                    )
+                }),
+                (!r64k.all_at_least(1.0)).then(|| {
+                    format!(
+                        "64K: {} at worst. One thread: {} per update against {} in place, \
+                         {:.1}x: copy-on-write streams one more 256 KiB tensor than the add in \
+                         place (the out-of-place add alone costs about 1.5x the in-place one, \
+                         \"Cost per operation\"). At 4 threads combining merged {} deltas per \
+                         pass, which saves a pass per merged delta but not the extra stream, and \
+                         a 64K writer that waits yields a few times and then parks: its wake-up \
+                         is on the path of the pass that served it. What would close it: passes \
+                         that merge more deltas than the cores let writers overlap, or an \
+                         in-place write, which a published version cannot take.",
+                        worst(&r64k, mid),
+                        latency(mv64),
+                        latency(lock64),
+                        mv64 as f64 / lock64 as f64,
+                        batch(mid, 4),
+                    )
+                }),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" "),
         }
     }
 
@@ -448,94 +404,6 @@ impl Report<'_> {
                 mv8 as f64 / mv1 as f64,
                 rate(fu8),
                 fu8 / self.section(Body::Counter, 8, SectionVariant::Mvtensor),
-            ),
-        }
-    }
-
-    /// Memory (issue 8): at most 3 live versions per variable with no snapshot held, at most
-    /// 8 in the trainer pattern, at most 2.5 resident copies in write-heavy 1M.
-    fn goal_memory(&self) -> Goal {
-        let tensor = (BIG * 4) as f64;
-        let big = self.memory(BIG, Variant::Mvtensor).expect("mvtensor at 1M");
-        let copies = big.rss_p50 as f64 / tensor;
-        let live: Vec<(usize, usize, usize)> = SIZES
-            .iter()
-            .filter_map(|&n| {
-                let m = self.memory(n, Variant::Mvtensor)?;
-                Some((n, m.live_p50?, m.live_max?))
-            })
-            .collect();
-        let live_max = live.iter().map(|l| l.2).max().unwrap_or(0);
-        let worst_live = live.iter().max_by_key(|l| l.2).copied();
-        let lock_copies = Variant::ALL
-            .iter()
-            .filter(|v| v.is_lock())
-            .filter_map(|&v| self.memory(BIG, v))
-            .map(|m| m.rss_p50 as f64 / tensor)
-            .fold(0.0, f64::max);
-        let arc_copies = self
-            .memory(BIG, Variant::ArcSwap)
-            .map_or(0.0, |m| m.rss_p50 as f64 / tensor);
-        let big_live = big.live_max.unwrap_or(0) as f64;
-        let (trainer_p50, trainer_max) = self.r.trainer_live;
-        let short: Vec<String> = [
-            (live_max > 3).then(|| format!("up to {live_max} live versions, not ≤ 3")),
-            (trainer_max > 8)
-                .then(|| format!("the trainer pattern up to {trainer_max} live versions, not ≤ 8")),
-            (copies > 2.5).then(|| format!("{copies:.1} resident copies at 1M, not ≤ 2.5")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        Goal {
-            name: format!("Memory (workload 2, {MEMORY_THREADS} threads)"),
-            target: "with no snapshot held ≤ 3 live versions per variable; the trainer \
-                     pattern (4 threads holding `read()` across a step, 100,000 steps, 1K) ≤ 8; \
-                     resident memory at 1M ≤ 2.5 copies (issue 8)"
-                .into(),
-            measured: format!(
-                "live versions (median / max): {}; the trainer pattern {trainer_p50} / \
-                 {trainer_max}; resident memory at 1M: {:.1} copies (steady median; the \
-                 locks: {:.1})",
-                live.iter()
-                    .map(|(n, p50, max)| format!("{} {p50} / {max}", size_label(*n)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                copies,
-                lock_copies
-            ),
-            met: short.is_empty(),
-            why: format!(
-                "{}. Live versions are every version the variable has allocated: the \
-                 current one, pooled spares, and retired ones waiting for a grace period. \
-                 Retired versions wait in batches (64 KiB or 32 versions) for a tick of \
-                 their thread's grace clock, one crossbeam-epoch deferred call in flight at \
-                 a time, and come home through the thread that retired them, so \
-                 a small, very frequently written variable keeps about three batches per \
-                 writing thread in flight or pooled ({}). The trainer pattern is the same \
-                 four writers' batches: its `read()`s hold only the versions they show (held \
-                 snapshots, `docs/design.md` §6), so its {trainer_max} at the most are \
-                 batches, not snapshots; reaching ≤ 8 would take retiring each version on \
-                 its own, a crossbeam `defer` per write with its share of flushes (~43 ns a \
-                 write in issue 8's profile of the first write path), which batches \
-                 amortise. In resident memory at 1M: {:.1} \
-                 copies in steady state, against {:.1} for the locks and {:.1} for arc-swap, \
-                 whose writers each build a new tensor. {} live versions (pool included) make \
-                 {:.0} copies; the remaining ~{:.1} are freed buffers the allocator keeps \
-                 resident (glibc's per-thread arenas; `MALLOC_MMAP_THRESHOLD_=65536`, which \
-                 hands every freed 4 MiB buffer back to the OS, removes them).",
-                short.join("; "),
-                worst_live.map_or("-".into(), |(n, _, max)| format!(
-                    "up to {max} at {}, {} in all",
-                    size_label(n),
-                    mib((max * n * 4) as u64)
-                )),
-                copies,
-                lock_copies,
-                arc_copies,
-                big_live,
-                big_live,
-                (copies - big_live).max(0.0),
             ),
         }
     }

@@ -204,7 +204,7 @@ const WHY: &str = r#"
   copy, publishes it and retires the old version (about 1,450 instructions by callgrind),
   where the mutex body is one add (issue 9). An optimizer step pays the same per variable:
   a hand-written Adam over 13 variables copies 12 working copies and installs and retires
-  13 versions (~19.1k instructions per step against ~4.6k for the same step on plain
+  13 versions (~19.1k instructions per step against ~4.5k for the same step on plain
   arrays, the mutex's body, both with the Adam loop in AVX2); the crate's optimizer keeps all
   moments and the step count in one variable, computes each working copy from the value it
   replaces (`Txn::rewrite`: no copy first) and pays for 5 versions (~11.4k), 2 with the

@@ -22,6 +22,7 @@ mod environment;
 mod format;
 mod goals;
 mod losses;
+mod main_job;
 mod memory;
 mod optimizer;
 mod plot;

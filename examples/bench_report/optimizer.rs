@@ -103,7 +103,7 @@ impl Report<'_> {
                  read-modify-writes: pool take and return, the head's CAS, the retirement), \
                  and collects and checks the four gradients, where the mutex pays two atomics \
                  a step (callgrind, AMD EPYC: ~7.1k instructions a packed step, of which the \
-                 Adam pass is ~3.7k, against ~4.6k for the mutex's, of which its loop is \
+                 Adam pass is ~3.7k, against ~4.5k for the mutex's, of which its loop is \
                  ~2.8k; ~8.3k with the state in a variable of its own, ~11.4k as four \
                  variables, ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
                  of a step: with both loops in SSE2 (the build's baseline) the packed step, \

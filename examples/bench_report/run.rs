@@ -7,13 +7,14 @@ use crate::checkpoints::CheckpointCells;
 use crate::harness::checkpoints::{self, CheckpointVariant};
 use crate::harness::costs::{self, CostPlan, Costs};
 use crate::harness::embedding::{self, EmbeddingVariant, Indices};
-use crate::harness::main_job::{self, Job};
+use crate::harness::main_job;
 use crate::harness::optimizer::{OptimizerVariant, OPTIMIZER_THREADS};
 use crate::harness::sections::{Body, SectionRun, SectionVariant};
 use crate::harness::train::{self, TrainRun, TrainVariant, TRAIN_THREADS};
 use crate::harness::wine;
 use crate::harness::workloads::{bandwidth, Dense, DenseRun, Latency, LatencyRun};
 use crate::harness::{median, Budget, Variant, SIZES, THREADS};
+use crate::main_job::{measure_main_job, MainJob};
 use crate::memory::{memory_of, trainer_pattern_live, MemorySummary};
 
 /// How long each measurement runs, at `--scale 1`.
@@ -72,7 +73,7 @@ impl Plan {
             train_steps: (15000.0 * scale) as usize,
             train_rounds: 7,
             embedding: ms(200.0),
-            main_job_rounds: ((5.0 * scale).round() as usize).max(1),
+            main_job_rounds: ((main_job::ROUNDS as f64 * scale).round() as usize).max(1),
         }
     }
 }
@@ -83,48 +84,6 @@ pub(crate) const LATENCY_CONFIGS: [(usize, usize); 3] = [(1, 1), (2, 2), (4, 4)]
 pub(crate) const BIG: usize = 1 << 20;
 /// Threads of the memory measurement (workload 2 at the goal's thread count).
 pub(crate) const MEMORY_THREADS: usize = 4;
-
-/// The README's main job as `examples/contention.rs` runs it by default: 64K f32.
-pub(crate) const MAIN_JOB: (usize, Job) = (
-    1 << 16,
-    Job {
-        writers: 4,
-        readers: 2,
-        updates: 2_000,
-    },
-);
-
-/// What the main job measured: per round (mvtensor's, the mutex's) updates/s and reads/s.
-pub(crate) struct MainJob {
-    pub(crate) updates: Vec<(f64, f64)>,
-    pub(crate) reads: Vec<(f64, f64)>,
-    /// mvtensor's deltas per combined pass, last round.
-    pub(crate) batch: f64,
-}
-
-fn main_job(rounds: usize) -> MainJob {
-    let (n, job) = MAIN_JOB;
-    let (pairs, stats) = main_job::rounds(&crate::harness::initial(n), job, rounds);
-    for (mv, mutex) in &pairs {
-        assert!(
-            mv.check.is_ok() && mutex.check.is_ok(),
-            "the main job's check failed: {:?} {:?}",
-            mv.check,
-            mutex.check
-        );
-    }
-    MainJob {
-        updates: pairs
-            .iter()
-            .map(|(a, b)| (a.updates_per_s, b.updates_per_s))
-            .collect(),
-        reads: pairs
-            .iter()
-            .map(|(a, b)| (a.reads_per_s, b.reads_per_s))
-            .collect(),
-        batch: stats.combined_deltas as f64 / stats.combined_batches.max(1) as f64,
-    }
-}
 
 /// Steps of issue 8's trainer pattern, all threads together (the issue's count).
 pub(crate) const TRAINER_PATTERN_STEPS: usize = 100_000;
@@ -150,8 +109,7 @@ pub(crate) struct Results {
     pub(crate) memory: Vec<(usize, Variant, MemorySummary)>,
     /// Issue 8's trainer pattern: live versions after a step, median and max.
     pub(crate) trainer_live: (usize, usize),
-    /// The README's main job ([`MAIN_JOB`], 64K): per round, mvtensor's and the mutex's
-    /// updates/s and reads/s; and mvtensor's deltas per combined pass, last round.
+    /// The README's main job (`crate::main_job`).
     pub(crate) main_job: MainJob,
     /// CPU ns per operation beside the same run's floor.
     pub(crate) costs: Costs,
@@ -385,7 +343,7 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
     }
 
     progress(started, "the README's main job");
-    let main_job = main_job(plan.main_job_rounds);
+    let main_job = measure_main_job(plan.main_job_rounds);
 
     progress(started, "memory (one process per variant and size)");
     let mut memory = Vec::new();
