@@ -3,7 +3,8 @@
 //! updated in place (the mutex's best case: on slices, the add in AVX2 where the processor
 //! has it, as mvtensor's own loops are). `examples/contention.rs` prints it; the report
 //! measures it for issue 8's goal (64K, 4 writers: mvtensor's updates/s at least 0.9x the
-//! mutex's). One driver ([`run`]) gives both the same workload.
+//! mutex's). One driver ([`run`]) gives both the same workload, through the harness's
+//! [`Subject`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -12,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mvtensor::Variable;
-use ndarray::{ArrayD, ArrayRef, IxDyn};
+use ndarray::ArrayD;
 
-use super::wide;
 use super::workloads::new_histogram;
+use super::Subject;
 
 /// Elements each read sums: the "small amount of work" a reader does on what it read.
 pub const READ_SLICE: usize = 64;
@@ -49,42 +50,8 @@ impl Job {
     }
 }
 
-/// A shared tensor under test.
-pub trait Shared: Sync {
-    /// Adds `delta` elementwise.
-    fn add(&self, delta: &ArrayD<f32>);
-    /// Reads the current value and sums its first [`READ_SLICE`] elements.
-    fn read_work(&self) -> f32;
-    /// A copy of the current value.
-    fn final_value(&self) -> ArrayD<f32>;
-}
-
-impl Shared for Variable<f32> {
-    fn add(&self, delta: &ArrayD<f32>) {
-        self.assign_add(delta)
-            .expect("delta has the variable's shape");
-    }
-    fn read_work(&self) -> f32 {
-        slice_sum(&self.read())
-    }
-    fn final_value(&self) -> ArrayD<f32> {
-        self.read().data().clone()
-    }
-}
-
-impl Shared for Mutex<ArrayD<f32>> {
-    fn add(&self, delta: &ArrayD<f32>) {
-        wide::add_array(&mut self.lock().unwrap(), delta);
-    }
-    fn read_work(&self) -> f32 {
-        slice_sum(&self.lock().unwrap())
-    }
-    fn final_value(&self) -> ArrayD<f32> {
-        self.lock().unwrap().clone()
-    }
-}
-
-fn slice_sum(a: &ArrayRef<f32, IxDyn>) -> f32 {
+/// What a reader does with what it read: the sum of its first [`READ_SLICE`] elements.
+fn slice_sum(a: &ArrayD<f32>) -> f32 {
     let slice = a.as_slice().expect("a standard-layout tensor");
     slice[..READ_SLICE].iter().sum()
 }
@@ -92,9 +59,9 @@ fn slice_sum(a: &ArrayRef<f32, IxDyn>) -> f32 {
 /// What one variant did.
 pub struct Outcome {
     pub updates_per_s: f64,
-    /// `read_work` calls per second, all readers together.
+    /// Reads per second, all readers together.
     pub reads_per_s: f64,
-    /// Latency of `read_work` calls, in nanoseconds, over all readers.
+    /// Latency of reads (each [`slice_sum`] of a snapshot or under the lock), in nanoseconds, over all readers.
     pub latency: Histogram<u64>,
     /// `Err` describes what was wrong with the final value or with what readers saw.
     pub check: Result<(), String>,
@@ -110,7 +77,7 @@ struct ReaderLog {
 }
 
 /// Runs `job` on `subject`, which must hold `initial`.
-pub fn run<S: Shared>(subject: &S, initial: &ArrayD<f32>, job: Job) -> Outcome {
+pub fn run<S: Subject>(subject: &S, initial: &ArrayD<f32>, job: Job) -> Outcome {
     let delta = ArrayD::<f32>::ones(initial.raw_dim());
     let start = Barrier::new(job.writers + job.readers + 1);
     let done = AtomicBool::new(false);
@@ -125,7 +92,7 @@ pub fn run<S: Shared>(subject: &S, initial: &ArrayD<f32>, job: Job) -> Outcome {
                     // their first updates (the harness measured 2.5x too fast at 8 threads).
                     let began = Instant::now();
                     for _ in 0..job.updates {
-                        subject.add(&delta);
+                        subject.assign_add(&delta);
                     }
                     (began, Instant::now())
                 })
@@ -154,7 +121,7 @@ pub fn run<S: Shared>(subject: &S, initial: &ArrayD<f32>, job: Job) -> Outcome {
 
     let expected = initial + &(&delta * job.total() as f32);
     let mut latency = new_histogram();
-    let mut check = compare(&subject.final_value(), &expected);
+    let mut check = compare(&subject.value(), &expected);
     for log in &logs {
         latency.add(&log.latency).expect("same histogram bounds");
         if check.is_ok() && log.went_back > 0 {
@@ -204,8 +171,8 @@ pub fn rounds(
     (pairs, last.expect("at least one round"))
 }
 
-/// A reader: times every `read_work` call until the writers are done, then reads once more.
-fn read_until(subject: &impl Shared, start: &Barrier, done: &AtomicBool) -> ReaderLog {
+/// A reader: times every read until the writers are done, then reads once more.
+fn read_until(subject: &impl Subject, start: &Barrier, done: &AtomicBool) -> ReaderLog {
     let mut log = ReaderLog {
         latency: new_histogram(),
         last: f32::NEG_INFINITY,
@@ -216,7 +183,7 @@ fn read_until(subject: &impl Shared, start: &Barrier, done: &AtomicBool) -> Read
         // Acquire: pairs with the Release in `run`, so the read after it sees every update.
         let finished = done.load(Ordering::Acquire);
         let t0 = Instant::now();
-        let sum = subject.read_work();
+        let sum = subject.read_with(slice_sum);
         log.latency.saturating_record(nanos(t0.elapsed()));
         // Elements only grow, so neither may the sum of a prefix.
         log.went_back += u64::from(sum < log.last);
