@@ -14,6 +14,7 @@ mod common;
 
 mod api;
 mod checkpoint;
+mod checkpoint_hostile;
 mod checkpoint_periodic;
 mod combining;
 mod half;

@@ -1,5 +1,18 @@
 //! [`Store`]: a registry of named variables of mixed element types, and its consistent
 //! snapshots.
+//!
+//! The registry is a persistent sorted map (a red-black tree from `rpds` whose nodes are
+//! shared between versions) behind an RCU cell. A lookup, a listing or a store snapshot loads
+//! the current map and reads it without a lock, never waiting for a registration. A
+//! registration builds the next map from the current one by copying the one path from the
+//! root to the new name (logarithmic in the number of variables, the rest shared) and swaps
+//! it in with a compare-and-swap, so registering N variables, or loading a checkpoint of N
+//! tensors, costs O(N log N) in all. A copied `BTreeMap` per registration cost O(N) each and
+//! O(N^2) in all; batching only the checkpoint's inserts would have left a loop of
+//! `store.variable` calls quadratic. `rpds` over a B-tree crate such as `imbl`: its tree is
+//! safe code over `archery`'s counted pointers, which run under miri as this crate's tests
+//! do; lookups walk a binary tree instead of a B-tree's nodes, which matters little for a
+//! lookup by name, done once per handle.
 
 mod paged;
 pub(crate) mod snapshot;
@@ -7,7 +20,6 @@ pub(crate) mod snapshot;
 pub use snapshot::{Entries, SnapshotEntry, StoreSnapshot};
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ndarray::{Array, Dimension};
@@ -20,8 +32,9 @@ use crate::{DType, Element, Variable, VariableKind};
 
 /// A registry of named variables of mixed element types.
 ///
-/// Looking a variable up never blocks (the registry is an RCU cell); registering one
-/// replaces the registry with a copy, which is fine for the few hundred tensors of a model.
+/// Looking a variable up never blocks (the registry is an RCU cell over a persistent map);
+/// registering one costs time logarithmic in the number of variables (see the
+/// [module docs](self)).
 /// Variables are shared handles: the `Variable` returned by [`get`](Self::get) is the same
 /// variable every other thread writes.
 ///
@@ -49,7 +62,8 @@ pub struct Store {
     registry: RcuCell<Registry>,
 }
 
-pub(crate) type Registry = BTreeMap<Arc<str>, Entry>;
+/// The registry: sorted by name, its nodes shared between successive versions.
+pub(crate) type Registry = rpds::RedBlackTreeMapSync<Arc<str>, Entry>;
 
 /// One registered variable, type-erased.
 #[derive(Clone)]
@@ -128,7 +142,7 @@ pub struct VariableInfo {
 
 impl Default for RcuCell<Registry> {
     fn default() -> Self {
-        RcuCell::new(Registry::new())
+        RcuCell::new(Registry::new_sync())
     }
 }
 
@@ -179,9 +193,8 @@ impl Store {
                     shape: info.shape,
                 });
             }
-            let mut next = registry.clone();
-            next.insert(Arc::clone(&name), entry.clone());
-            Ok(next)
+            // One path copied, the rest of the tree shared with `registry`.
+            Ok(registry.insert(Arc::clone(&name), entry.clone()))
         })
     }
 
@@ -224,7 +237,7 @@ impl Store {
 
     /// The number of registered variables.
     pub fn len(&self) -> usize {
-        self.registry.load().len()
+        self.registry.load().size()
     }
 
     /// Whether the store has no variables.
