@@ -4,9 +4,16 @@
 //! * **Saving never blocks a writer.** It writes a [`StoreSnapshot`], a consistent cut that
 //!   holds one version per variable and pins nothing: trainers keep writing while the file is
 //!   written. [`Store::save`] takes the snapshot and writes it.
-//! * **Crash-safe.** The file is written beside the target under a temporary name, flushed to
-//!   disk (`fsync`), renamed over the target, and the directory is flushed: a crash at any
-//!   point leaves either the previous checkpoint or the new one, never a mix.
+//! * **Crash-safe.** The file is written beside the target under a temporary name
+//!   (`.<target>.<pid>.<n>.tmp`), flushed to disk (`fsync`), renamed over the target, and the
+//!   directory is flushed: a crash at any point leaves either the previous checkpoint or the
+//!   new one, never a mix.
+//! * **Streamed.** The file is written straight from the snapshot's versions and pages
+//!   through a small buffer: a save allocates nothing of a tensor's size, and a paged table
+//!   goes out page by page.
+//! * **Permissions: the process's umask.** A new file gets the mode `0o666` less the umask
+//!   (`0o644` under the usual `0o022`: other users can read it), as any file the process
+//!   creates; set the umask (or change the mode afterwards) to share less or more.
 //! * **The format is plain safetensors**: each variable is a tensor under its name, with its
 //!   dtype (`F32`, `F64`, `I32`, `I64`, `F16`, `BF16`) and shape; the header's
 //!   `__metadata__` holds the snapshot's commit timestamp (`mvtensor.timestamp`) and each
@@ -59,18 +66,18 @@
 mod file;
 mod load;
 mod periodic;
+mod write;
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, View};
+use safetensors::tensor::Dtype;
 
 use crate::error::{Error, Result};
-use crate::{DType, Element, Store, StoreSnapshot};
+use crate::{DType, Store, StoreSnapshot};
 
 pub use load::{Missing, Restore};
 pub use periodic::{Checkpoints, Periodic, Progress};
+pub(crate) use write::write_le;
 
 /// The header entry safetensors keeps its metadata in: no tensor may have this name.
 const METADATA: &str = "__metadata__";
@@ -88,68 +95,41 @@ const LAYOUT: &str = "mvtensor.layout.";
 impl StoreSnapshot {
     /// Writes this snapshot as one safetensors file at `path`, crash-safe (see the
     /// [module docs](crate::checkpoint)). Writers are never blocked: the snapshot already
-    /// holds what it writes.
+    /// holds what it writes, and the file is written straight from it (no copy of a tensor).
+    ///
+    /// The new file's permissions are `0o666` less the process's umask (`0o644` under the
+    /// usual `0o022`), as for any file the process creates; a file it replaces does not pass
+    /// its own on.
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the file if it cannot be written, or if a variable is
-    /// named `__metadata__` (safetensors' header entry); the previous file at `path`, if
-    /// any, is then intact.
+    /// [`Error::Checkpoint`] naming the file if it cannot be written, if a variable is
+    /// named `__metadata__` (safetensors' header entry), or if the header would pass the
+    /// 100 MB safetensors reads (hundreds of thousands of variables); the previous file at
+    /// `path`, if any, is then intact.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let (tensors, metadata) = self.tensors().map_err(|p| checkpoint_error(path, p))?;
-        file::write_atomically(path, |tmp| {
-            safetensors::serialize_to_file(tensors, Some(metadata), tmp).map_err(|e| e.to_string())
-        })
-        .map_err(|problem| checkpoint_error(path, problem))
+        let plan = self.plan().map_err(|p| checkpoint_error(path, p))?;
+        file::write_atomically(path, |out| plan.write(out))
+            .map_err(|problem| checkpoint_error(path, problem))
     }
 
     /// This snapshot as the bytes of a safetensors file (what [`save`](Self::save) writes),
     /// to send elsewhere or keep in memory; [`Store::load_bytes`] reads them back.
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] (file `<bytes>`) if safetensors refuses the header (over its
-    /// 100 MB limit: hundreds of thousands of variables).
+    /// [`Error::Checkpoint`] (file `<bytes>`) as for [`save`](Self::save): a variable named
+    /// `__metadata__`, or a header over safetensors' 100 MB limit.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let refused = |problem| Error::Checkpoint {
             file: "<bytes>".into(),
             problem,
         };
-        let (tensors, metadata) = self.tensors().map_err(refused)?;
-        safetensors::serialize(tensors, Some(metadata)).map_err(|e| refused(e.to_string()))
-    }
-
-    /// Every variable as a tensor to write, and the file's metadata; refused if a variable
-    /// has the name of the header's metadata entry, which no reader could tell apart (the
-    /// file would be written, and unreadable).
-    fn tensors(&self) -> std::result::Result<Contents<'_>, String> {
-        if self.entries().iter().any(|(name, _)| &**name == METADATA) {
-            return Err(format!(
-                "a variable is named `{METADATA}`, which safetensors reserves for the \
-                 header's metadata: rename it to save"
-            ));
-        }
-        let mut metadata = HashMap::new();
-        metadata.insert(TIMESTAMP.to_owned(), self.timestamp().to_string());
-        let tensors = self
-            .entries()
-            .iter()
-            .map(|(name, captured)| {
-                metadata.insert(format!("{VERSION}{name}"), captured.number.to_string());
-                if let Some(rows) = captured.rows_per_page {
-                    metadata.insert(format!("{PAGED}{name}"), rows.to_string());
-                }
-                if let Some(layout) = &captured.layout {
-                    metadata.insert(format!("{LAYOUT}{name}"), layout.to_string());
-                }
-                let tensor = Tensor {
-                    dtype: dtype_out(captured.dtype),
-                    shape: &captured.shape,
-                    data: (captured.bytes)(captured),
-                };
-                (name.to_string(), tensor)
-            })
-            .collect();
-        Ok((tensors, metadata))
+        let plan = self.plan().map_err(refused)?;
+        let len = usize::try_from(plan.len)
+            .map_err(|_| refused(format!("{} bytes do not fit in memory", plan.len)))?;
+        let mut bytes = Vec::with_capacity(len);
+        plan.write(&mut bytes).map_err(refused)?;
+        Ok(bytes)
     }
 }
 
@@ -163,48 +143,6 @@ impl Store {
         let snapshot = self.snapshot();
         snapshot.save(path)?;
         Ok(snapshot.timestamp())
-    }
-}
-
-/// What a file holds: its tensors by name, and the header's metadata.
-type Contents<'a> = (Vec<(String, Tensor<'a>)>, HashMap<String, String>);
-
-/// One tensor to write: borrowed bytes where the machine is little-endian.
-struct Tensor<'a> {
-    dtype: Dtype,
-    shape: &'a [usize],
-    data: Cow<'a, [u8]>,
-}
-
-impl View for Tensor<'_> {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
-/// `values` as little-endian bytes: the same memory on a little-endian machine, a copy
-/// otherwise.
-pub(crate) fn le_bytes<A: Element>(values: &[A]) -> Cow<'_, [u8]> {
-    if cfg!(target_endian = "little") {
-        // SAFETY: every `Element` (f32, f64, i32, i64, half's f16 and bf16, the trait is
-        // sealed) is a plain number without padding, so its memory is initialised bytes;
-        // the slice covers exactly the values' memory and borrows it for as long.
-        Cow::Borrowed(unsafe {
-            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
-        })
-    } else {
-        let mut out = Vec::with_capacity(std::mem::size_of_val(values));
-        values.iter().for_each(|v| v.extend_le(&mut out));
-        Cow::Owned(out)
     }
 }
 

@@ -2,7 +2,7 @@
 //! by checkpoints) like dense ones. A store snapshot holds one counted table per paged
 //! variable; what that keeps in memory is said in [`PagedVariable`]'s memory bound.
 
-use std::borrow::Cow;
+use std::io;
 use std::sync::Arc;
 
 use ndarray::{Array, Dimension};
@@ -42,17 +42,18 @@ impl<A: Element> ErasedVariable for Inner<A> {
 impl Captured {
     fn paged<A: Element>(table: OwnedPagedSnapshot<A>) -> Self {
         Self {
-            // A checkpoint writes the table as one tensor: one copy of every page's rows.
-            bytes: |captured| {
-                let table = paged_table::<A>(captured).expect("made with this element type");
+            // A checkpoint writes the table as one tensor, streamed page by page from the
+            // pages the snapshot holds: no buffer of the table.
+            write: |captured, out| {
+                let table = paged_table::<A>(captured).ok_or_else(|| {
+                    io::Error::other("a table of another element type (a broken invariant)")
+                })?;
                 let layout = &table.layout;
-                let mut bytes =
-                    Vec::with_capacity(layout.rows() * layout.width * std::mem::size_of::<A>());
                 for page in 0..layout.pages {
                     let rows = &table.page(page)[..layout.rows_in(page) * layout.width];
-                    bytes.extend_from_slice(&crate::checkpoint::le_bytes(rows));
+                    crate::checkpoint::write_le(rows, out)?;
                 }
-                Cow::Owned(bytes)
+                Ok(())
             },
             kind: VariableKind::Paged,
             rows_per_page: Some(table.rows_per_page()),

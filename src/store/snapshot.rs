@@ -1,8 +1,8 @@
 //! [`StoreSnapshot`]: every variable of a store as of one point in the commit order.
 
 use std::any::Any;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::io::{self, Write};
 use std::sync::Arc;
 
 use super::{At, Registry};
@@ -91,24 +91,24 @@ pub(crate) struct Captured {
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
     pub(crate) number: u64,
-    /// The tensor's elements as little-endian bytes (borrowed where the machine is).
-    pub(crate) bytes: fn(&Captured) -> Cow<'_, [u8]>,
+    /// Writes the tensor's elements as little-endian bytes, in row-major order, straight
+    /// from the memory that holds them: exactly `shape`'s elements times the dtype's size
+    /// (a checkpoint's header says so before they are written, and the writer checks it).
+    pub(crate) write: fn(&Captured, &mut dyn Write) -> io::Result<()>,
 }
 
 impl Captured {
     pub(crate) fn new<A: Element>(version: VersionRef<A>) -> Self {
         Self {
-            bytes: |captured| {
-                let version = captured
+            write: |captured, out| {
+                let values = captured
                     .version
                     .downcast_ref::<VersionRef<A>>()
-                    .expect("made with this element type");
-                crate::checkpoint::le_bytes(
-                    version
-                        .data
-                        .as_slice()
-                        .expect("versions are in standard layout"),
-                )
+                    .and_then(|version| version.data.as_slice())
+                    .ok_or_else(|| {
+                        io::Error::other("a version of another type or layout (a broken invariant)")
+                    })?;
+                crate::checkpoint::write_le(values, out)
             },
             kind: VariableKind::Dense,
             rows_per_page: None,
