@@ -243,3 +243,73 @@ fn stop_and_save_saves_the_last_writes_once() {
     );
     assert_eq!(checkpoints.list().unwrap().len(), 2);
 }
+
+/// What interrupted saves of processes that are gone left is removed, and nothing else: a
+/// temporary file of a dead process's save goes at `new` and at the next `save`; one of this
+/// process (a save in flight on another thread), one of a running process, temporary files of
+/// other targets or tools, and other names stay. (Killed saves piled up 13 files, 272 MiB.)
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "file system I/O and processes (miri isolates them)")]
+fn stale_temporary_files_of_dead_processes_are_removed() {
+    let dir = scratch();
+    let dead = dead_pid();
+    let (own, running) = (std::process::id(), std::os::unix::process::parent_id());
+    let target = |n: u64| format!("checkpoint-{n:020}.safetensors");
+    let stale = |n: u64| format!(".{}.{dead}.{n}.tmp", target(n));
+    let kept = [
+        format!(".{}.{own}.4.tmp", target(8)),
+        format!(".{}.{running}.5.tmp", target(9)),
+        format!(".model.safetensors.{dead}.1.tmp"),
+        format!(".checkpoint-7.safetensors.{dead}.1.tmp"),
+        format!(".{}.{dead}.x.tmp", target(7)),
+        format!("{}.{dead}.1.tmp", target(7)),
+        ".tmpAbC123".to_owned(),
+        "notes.txt".to_owned(),
+    ];
+    for name in kept.iter().cloned().chain([stale(7)]) {
+        std::fs::write(dir.path().join(name), b"half a checkpoint").unwrap();
+    }
+    let names = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| !(name.starts_with("checkpoint-") && name.ends_with(".safetensors")))
+            .collect();
+        names.sort();
+        names
+    };
+    let mut expected = kept.to_vec();
+    expected.sort();
+
+    let checkpoints = Checkpoints::new(dir.path(), 2).unwrap();
+    assert_eq!(
+        names(),
+        expected,
+        "`new` removed exactly the dead process's file"
+    );
+    std::fs::write(dir.path().join(stale(11)), b"half a checkpoint").unwrap();
+    let store = Store::new();
+    store.variable("w", Array1::<f32>::ones(2)).unwrap();
+    let saved = checkpoints.save(&store).unwrap();
+    assert_eq!(
+        names(),
+        expected,
+        "`save` removed exactly the dead process's file"
+    );
+    assert_eq!(checkpoints.list().unwrap(), vec![saved]);
+}
+
+/// The id of a process that has exited (and been reaped).
+#[cfg(target_os = "linux")]
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--list")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait().unwrap().success());
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    pid
+}

@@ -1,13 +1,16 @@
-//! Writing a file so that a crash leaves the old one or the new one, never a mix.
+//! Writing a file so that a crash leaves the old one or the new one, never a mix, and
+//! removing what the saves of processes that are gone left behind.
 //!
 //! A save writes a temporary file beside the target, `.{target}.{pid}.{n}.tmp` (the saving
 //! process's id and a number unique in that process), flushes it to disk, renames it over the
 //! target and flushes the directory: without the two flushes a power failure can leave the
 //! renamed file empty. `tests/checkpoint_crash.rs` kills a saving process at random moments;
-//! a save that writes the target in place fails it within a few rounds.
+//! a save that writes the target in place fails it within a few rounds. A process killed
+//! mid-save leaves its temporary file; [`remove_stale`] removes those of processes that are
+//! gone.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::sync::next_id;
@@ -66,6 +69,105 @@ fn temporary(path: &Path) -> Result<PathBuf, String> {
         .to_string_lossy();
     let n = next_id();
     Ok(path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id())))
+}
+
+/// Removes the temporary files in `dir` that saves of a target `is_target` accepts left
+/// behind in processes that are gone: exactly the names [`write_atomically`] makes, owned by
+/// this process's user, with another process's id that no running process has. Nothing else
+/// is touched: not this process's files (a save of another thread may be writing one), not a
+/// running process's, not another user's, not any other name. Where processes cannot be
+/// looked up (no `/proc`, or not Linux) every file stays. Returns how many were removed, or
+/// the first that could not be.
+pub(super) fn remove_stale(
+    dir: &Path,
+    is_target: impl Fn(&str) -> bool,
+) -> Result<usize, (PathBuf, io::Error)> {
+    let Some(processes) = Processes::here() else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    for entry in fs::read_dir(dir).map_err(|e| (dir.to_path_buf(), e))? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|name| saver(name, &is_target)) else {
+            continue;
+        };
+        if !processes.gone(pid) || !entry.metadata().is_ok_and(|m| processes.owns(&m)) {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            // Another process cleaning the same directory removed it first.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err((entry.path(), e)),
+        }
+    }
+    Ok(removed)
+}
+
+/// The id of the process that wrote `name`, if it is a temporary file of a save of a target
+/// `is_target` accepts: `.{target}.{pid}.{n}.tmp`, both numbers plain digits.
+fn saver(name: &str, is_target: impl Fn(&str) -> bool) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut parts = rest.rsplitn(3, '.');
+    let (n, pid, target) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(n) || !digits(pid) || !is_target(target) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The processes of this machine, looked up in `/proc`, and this process's user.
+#[cfg(target_os = "linux")]
+struct Processes {
+    own: u32,
+    uid: u32,
+}
+
+#[cfg(target_os = "linux")]
+impl Processes {
+    /// `None` where processes cannot be looked up: no `/proc` mounted.
+    fn here() -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        // `/proc/self` belongs to this process's user.
+        let uid = fs::metadata("/proc/self").ok()?.uid();
+        Some(Self {
+            own: std::process::id(),
+            uid,
+        })
+    }
+
+    /// Whether no process has the id `pid` (not this one): its `/proc` entry is missing. A
+    /// zombie, or an id reused by a new process, counts as running. (Another user's processes
+    /// may be hidden from `/proc`; `owns` keeps their files out.)
+    fn gone(&self, pid: u32) -> bool {
+        let entry = fs::symlink_metadata(format!("/proc/{pid}"));
+        pid != self.own && matches!(entry, Err(e) if e.kind() == io::ErrorKind::NotFound)
+    }
+
+    /// Whether this process's user owns the file.
+    fn owns(&self, metadata: &fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        metadata.uid() == self.uid
+    }
+}
+
+/// Elsewhere processes cannot be looked up: every file stays.
+#[cfg(not(target_os = "linux"))]
+struct Processes;
+
+#[cfg(not(target_os = "linux"))]
+impl Processes {
+    fn here() -> Option<Self> {
+        None
+    }
+    fn gone(&self, _pid: u32) -> bool {
+        false
+    }
+    fn owns(&self, _metadata: &fs::Metadata) -> bool {
+        false
+    }
 }
 
 /// Flushes `path`'s directory entry (a no-op where directories cannot be opened as files).

@@ -7,7 +7,8 @@
 //! * **Crash-safe.** The file is written beside the target under a temporary name
 //!   (`.<target>.<pid>.<n>.tmp`), flushed to disk (`fsync`), renamed over the target, and the
 //!   directory is flushed: a crash at any point leaves either the previous checkpoint or the
-//!   new one, never a mix.
+//!   new one, never a mix. A process killed mid-save leaves its temporary file; a
+//!   [`Checkpoints`] directory removes those of processes that are gone, and nothing else.
 //! * **Streamed.** The file is written straight from the snapshot's versions and pages
 //!   through a small buffer: a save allocates nothing of a tensor's size, and a paged table
 //!   goes out page by page.

@@ -7,6 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::checkpoint_error;
+use super::file::remove_stale;
 use crate::error::{check_setting, Error, Result};
 use crate::sync::lock_std as lock;
 use crate::{Store, StoreSnapshot};
@@ -22,6 +23,15 @@ use crate::{Store, StoreSnapshot};
 /// highest number is always the newest checkpoint. Clones of one `Checkpoints` share its
 /// count; two handles made with [`new`](Self::new) on one directory in one process do not,
 /// so do not save through both at once.
+///
+/// **What an interrupted save leaves is removed.** A save writes a temporary file beside its
+/// target (`.checkpoint-<n>.safetensors.<pid>.<k>.tmp`, with the saving process's id) and
+/// renames it into place; a process killed mid-save leaves it behind. [`new`](Self::new) and
+/// each [`save`](Self::save) remove the ones of processes that are gone (on Linux, where
+/// `/proc` says which are running; elsewhere they stay), owned by this process's user, and
+/// nothing else: not a save in flight in this or another running process, not other files
+/// (another tool's temporary files are not ours to remove). Process ids are this machine's:
+/// savers on other machines or in other PID namespaces must not share the directory.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -58,10 +68,12 @@ const SUFFIX: &str = ".safetensors";
 
 impl Checkpoints {
     /// Checkpoints in `dir` (created if need be), keeping the newest `keep` (at least one).
+    /// Removes what interrupted saves of processes that are gone left in `dir` (see
+    /// [`Checkpoints`]).
     ///
     /// # Errors
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the directory cannot be created
-    /// (or `dir` is a file).
+    /// (or `dir` is a file), or naming a stale temporary file that cannot be removed.
     pub fn new(dir: impl AsRef<Path>, keep: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if dir.exists() && !dir.is_dir() {
@@ -69,6 +81,8 @@ impl Checkpoints {
             return Err(checkpoint_error(&dir, "it is a file, not a directory"));
         }
         std::fs::create_dir_all(&dir).map_err(|e| checkpoint_error(&dir, e.to_string()))?;
+        remove_stale(&dir, is_checkpoint)
+            .map_err(|(file, e)| checkpoint_error(&file, e.to_string()))?;
         let highest = files(&dir)?.last().and_then(|p| number(p));
         Ok(Self {
             dir,
@@ -78,7 +92,12 @@ impl Checkpoints {
     }
 
     /// Saves a snapshot of `store` as the next file, then removes all but the newest
-    /// `keep`. Returns the new file's path. Writers of the store are never blocked.
+    /// `keep`. Returns the new file's path. Writers of the store are never blocked. The file's
+    /// permissions are `0o666` less the process's umask ([`StoreSnapshot::save`]).
+    ///
+    /// First it removes what interrupted saves of processes that are gone left (see
+    /// [`Checkpoints`]), so that they do not fill the disk; one it cannot remove is left for
+    /// a later save and does not fail this one ([`new`](Self::new) reports it).
     ///
     /// # Errors
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file that could not be
@@ -108,6 +127,8 @@ impl Checkpoints {
             (snapshot, n)
         };
         let path = self.dir.join(format!("{PREFIX}{n:020}{SUFFIX}"));
+        // Best effort (documented on `save`): a stale file is garbage, not this save's failure.
+        let _ = remove_stale(&self.dir, is_checkpoint);
         snapshot.save(&path)?;
         let files = self.list()?;
         for old in &files[..files.len().saturating_sub(self.keep)] {
@@ -136,8 +157,7 @@ impl Checkpoints {
     /// checkpoints instead of becoming copies of its last state. A save that fails (a full
     /// disk, a directory gone for a while) is counted and kept in [`Periodic::progress`],
     /// and the next interval tries again: a trainer that runs for days keeps checkpointing
-    /// once the cause is gone. (Until 2026-11-27 the first failure ended the thread, and
-    /// nobody knew until `stop`.)
+    /// once the cause is gone.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] for a zero `interval` (a save after a save, as fast as the
@@ -204,6 +224,13 @@ fn files(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     files.sort_unstable_by_key(|&(n, _)| n);
     Ok(files.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Whether `name` is one `Checkpoints` writes: `checkpoint-`, 20 digits, `.safetensors`.
+fn is_checkpoint(name: &str) -> bool {
+    name.strip_prefix(PREFIX)
+        .and_then(|rest| rest.strip_suffix(SUFFIX))
+        .is_some_and(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The number in a checkpoint file's name.
