@@ -1,14 +1,78 @@
-//! Hostile and large checkpoints on the load path: every size a header declares is checked
-//! against the file and a memory budget before anything is allocated; tensors are typed only
-//! if they are used; registering and loading N tensors costs no more than N log N.
+//! Hostile and large checkpoints on the load path: tensors are typed only if they are used;
+//! registering and loading N tensors costs no more than N log N.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common;
 
-use mvtensor::Store;
-use ndarray::{arr0, Array1};
+use mvtensor::checkpoint::Restore;
+use mvtensor::{Error, Store};
+use ndarray::{arr0, Array1, Array2};
 use safetensors::tensor::{Dtype, TensorView};
+
+/// The problem of a checkpoint error, or a failure naming what came instead.
+fn problem<T>(result: mvtensor::Result<T>) -> String {
+    match result {
+        Err(Error::Checkpoint { problem, .. }) => problem,
+        Err(other) => panic!("not a checkpoint error: {other}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+/// A file written by safetensors with tensors of dtypes mvtensor lacks (as Python's
+/// trainers write: a boolean mask, byte token ids, an FP8 copy): a lenient restore ignores
+/// them untyped; a load, which would make them variables, and a restore into a variable of
+/// their name refuse them by name and dtype.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn tensors_of_dtypes_mvtensor_lacks_are_typed_only_if_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("from_python.safetensors");
+    let weights: Vec<u8> = [1.5f32, -2.0, 0.25, 4.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let (mask, ids, fp8) = ([1u8, 0, 1], [7u8, 8, 9, 10, 11], [0x38u8, 0xb8]);
+    let tensors = [
+        (
+            "w",
+            TensorView::new(Dtype::F32, vec![2, 2], &weights).unwrap(),
+        ),
+        (
+            "mask",
+            TensorView::new(Dtype::BOOL, vec![3], &mask).unwrap(),
+        ),
+        ("ids", TensorView::new(Dtype::U8, vec![5], &ids).unwrap()),
+        (
+            "w_fp8",
+            TensorView::new(Dtype::F8_E4M3, vec![2], &fp8).unwrap(),
+        ),
+    ];
+    safetensors::serialize_to_file(tensors, None::<HashMap<String, String>>, &path).unwrap();
+
+    let store = Store::new();
+    let w = store.variable("w", Array2::<f32>::zeros((2, 2))).unwrap();
+    assert_eq!(store.restore(&path, Restore::lenient()).unwrap(), 1);
+    assert_eq!(w.read().as_slice().unwrap(), [1.5, -2.0, 0.25, 4.0]);
+    let strict = problem(store.restore(&path, Restore::default()));
+    assert!(
+        strict.contains("the store has no variable `ids`"),
+        "{strict}"
+    );
+
+    let refused = problem(Store::load(&path));
+    assert!(
+        refused.contains("tensor `ids` holds U8, which has no mvtensor element type"),
+        "{refused}"
+    );
+    // A variable of that name: the tensor is used, and its dtype does not fit.
+    store.variable("mask", Array1::<i32>::zeros(3)).unwrap();
+    w.assign(Array2::zeros((2, 2))).unwrap();
+    let misfit = problem(store.restore(&path, Restore::lenient()));
+    assert!(misfit.contains("tensor `mask` holds BOOL"), "{misfit}");
+    assert_eq!(w.read()[[0, 0]], 0.0, "nothing applied");
+}
 
 /// A safetensors file of `count` one-element f32 tensors, `t00000`, `t00001`, ...
 fn many_tensors(count: usize) -> Vec<u8> {

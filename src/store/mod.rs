@@ -33,8 +33,9 @@ use crate::{DType, Element, Variable, VariableKind};
 /// A registry of named variables of mixed element types.
 ///
 /// Looking a variable up never blocks (the registry is an RCU cell over a persistent map);
-/// registering one costs time logarithmic in the number of variables (see the
-/// [module docs](self)).
+/// registering one costs time logarithmic in the number of variables (the new map shares
+/// all of the old one but the path to the new name), so a store of N variables is built in
+/// O(N log N).
 /// Variables are shared handles: the `Variable` returned by [`get`](Self::get) is the same
 /// variable every other thread writes.
 ///
