@@ -1,5 +1,6 @@
-//! Hostile and large checkpoints on the load path: tensors are typed only if they are used;
-//! registering and loading N tensors costs no more than N log N.
+//! Hostile and large checkpoints on the load path: every size a header declares is checked
+//! against the file and a memory budget before anything is allocated; tensors are typed only
+//! if they are used; registering and loading N tensors costs no more than N log N.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,8 +9,16 @@ use crate::common;
 
 use mvtensor::checkpoint::Restore;
 use mvtensor::{Error, Store};
-use ndarray::{arr0, Array1, Array2};
+use ndarray::{arr0, Array1, Array2, Ix1, Ix2};
 use safetensors::tensor::{Dtype, TensorView};
+
+/// A checkpoint of `header` (JSON) and `data`, as safetensors lays them out.
+fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
 
 /// The problem of a checkpoint error, or a failure naming what came instead.
 fn problem<T>(result: mvtensor::Result<T>) -> String {
@@ -18,6 +27,150 @@ fn problem<T>(result: mvtensor::Result<T>) -> String {
         Err(other) => panic!("not a checkpoint error: {other}"),
         Ok(_) => panic!("accepted"),
     }
+}
+
+/// The issue's file: a header declaring a paged table of 2^33 rows and no columns, 117
+/// bytes in all, which made the loader allocate a page tree for every row (~200 GiB) and
+/// abort. It is refused by the budget, at once, naming the tensor and the bytes.
+#[test]
+fn a_117_byte_header_of_two_to_the_33_empty_rows_is_refused_at_once() {
+    let bytes = with_header(
+        r#"{"__metadata__":{"mvtensor.paged.emb":"1"},"emb":{"dtype":"F32","shape":[8589934592,0],"data_offsets":[0,0]}}"#,
+        &[],
+    );
+    assert_eq!(bytes.len(), 117);
+    let start = std::time::Instant::now();
+    let refused = problem(Store::load_bytes(&bytes));
+    assert!(
+        refused.contains("`emb`")
+            && refused.contains("8589934592 pages of 1 row)")
+            && refused.contains("memory budget of"),
+        "{refused}"
+    );
+    // Checked before anything is allocated: microseconds, where building took minutes.
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // The same file from disk names it; a larger page makes it fit (2^21 pages, ~50 MB).
+    #[cfg(not(miri))]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hostile.safetensors");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Store::load(&path).map(drop).unwrap_err();
+        assert!(
+            matches!(&err, Error::Checkpoint { file, .. } if *file == path.display().to_string()),
+            "{err}"
+        );
+    }
+    let fits = String::from_utf8(bytes[8..].to_vec())
+        .unwrap()
+        .replace(r#""1""#, r#""4096""#);
+    let store = Store::load_bytes(&with_header(&fits, &[])).unwrap();
+    let emb = store.get_paged::<f32>("emb").unwrap();
+    assert_eq!(emb.shape(), [1usize << 33, 0]);
+}
+
+/// What safetensors leaves to us: the paged metadata, ndarray's bound on a shape, and the
+/// budget, each refused by name before anything is allocated; a zero-size tensor of a huge
+/// declared shape is honest and loads.
+#[test]
+fn declared_sizes_are_checked_against_the_file_and_the_budget() {
+    let paged = |rows_per_page: &str, shape: &str, data: &[u8]| {
+        let header = format!(
+            r#"{{"__metadata__":{{"mvtensor.paged.t":"{rows_per_page}"}},"t":{{"dtype":"F32","shape":{shape},"data_offsets":[0,{}]}}}}"#,
+            data.len()
+        );
+        Store::load_bytes(&with_header(&header, data))
+    };
+    let rows = [0u8; 4 * 6];
+    for (rows_per_page, shape, data, says) in [
+        ("0", "[6,1]", &rows[..], "`mvtensor.paged.t` is `0`"),
+        ("7", "[6,1]", &rows[..], "from 1 to the tensor's 6 rows"),
+        ("-1", "[6,1]", &rows[..], "`mvtensor.paged.t` is `-1`"),
+        ("1", "[]", &rows[..4], "has no rows (rank 0)"),
+    ] {
+        let refused = problem(paged(rows_per_page, shape, data));
+        assert!(refused.contains(says), "{rows_per_page} {shape}: {refused}");
+    }
+    assert_eq!(paged("6", "[6,1]", &rows).unwrap().len(), 1);
+    assert_eq!(
+        paged("1", "[0,3]", &[]).unwrap().len(),
+        1,
+        "no rows, one page"
+    );
+
+    // Zero elements, but a shape ndarray cannot hold: refused, not a panic. (Safetensors
+    // refuses the product it overflows on the way, [2^40, 2^40, 0]; ours is the zero first.)
+    for shape in [
+        "[0,1099511627776,1099511627776]",
+        "[4611686018427387904,2,0]",
+    ] {
+        let header = format!(r#"{{"t":{{"dtype":"F32","shape":{shape},"data_offsets":[0,0]}}}}"#);
+        let refused = problem(Store::load_bytes(&with_header(&header, &[])));
+        assert!(
+            refused.contains("more elements than an array can"),
+            "{shape}: {refused}"
+        );
+    }
+    let overflowing = with_header(
+        r#"{"t":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}}"#,
+        &[],
+    );
+    let refused = problem(Store::load_bytes(&overflowing));
+    assert!(refused.contains("overflow"), "{refused}");
+    let empty = with_header(
+        r#"{"t":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]}}"#,
+        &[],
+    );
+    let store = Store::load_bytes(&empty).unwrap();
+    assert_eq!(
+        store.get::<f32, Ix2>("t").unwrap().read().shape(),
+        [1usize << 62, 0]
+    );
+
+    // A budget of our choosing: 4,000 bytes of values and a variable's state do not fit in
+    // 4,000, and do in 8,000.
+    let w = Store::new();
+    w.variable("w", Array1::<f32>::zeros(1000)).unwrap();
+    let bytes = w.snapshot().to_bytes().unwrap();
+    let refused = problem(Store::load_bytes_with(
+        &bytes,
+        Restore::default().memory_budget(4000),
+    ));
+    assert!(
+        refused.contains("tensor `w` would need 5536 bytes")
+            && refused.contains("memory budget of 4000 bytes"),
+        "{refused}"
+    );
+    let loaded = Store::load_bytes_with(&bytes, Restore::default().memory_budget(8000)).unwrap();
+    assert_eq!(loaded.get::<f32, Ix1>("w").unwrap().read().len(), 1000);
+}
+
+/// A restore is refused by its budget before anything is applied.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_restore_over_its_budget_applies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let store = Store::new();
+    let a = store.variable("a", Array1::<f32>::ones(100)).unwrap();
+    let b = store.variable("b", Array1::<f32>::ones(100)).unwrap();
+    store.save(&path).unwrap();
+    a.assign_add(&Array1::ones(100)).unwrap();
+    b.assign_add(&Array1::ones(100)).unwrap();
+    let refused = problem(store.restore(&path, Restore::default().memory_budget(600)));
+    assert!(
+        refused.contains("tensor `b` would need 400 bytes (its new value) on top of 400 "),
+        "{refused}"
+    );
+    assert_eq!((a.version(), b.version()), (1, 1), "nothing applied");
+    let restored = store.restore(&path, Restore::default().memory_budget(800));
+    assert_eq!(restored.unwrap(), 2);
+    assert_eq!((a.read()[0], b.read()[0]), (1.0, 1.0));
 }
 
 /// A file written by safetensors with tensors of dtypes mvtensor lacks (as Python's

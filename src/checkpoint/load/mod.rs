@@ -1,8 +1,10 @@
 //! Reading a checkpoint: into a new store, or restored into a running one in one commit.
 //!
 //! A file is read in two passes over its header. The first ([`parse`]) takes every tensor as
-//! the header declares it, untyped (name, dtype, shape, its bytes in the file). The second
-//! converts the tensors that are used, and only those: a restore that
+//! the header declares it, untyped (name, dtype, shape, its bytes in the file), checks each
+//! shape against its bytes, and counts what the load would allocate against the memory
+//! budget ([`Restore::memory_budget`]); nothing is allocated for a value until every tensor
+//! has passed. The second converts the tensors that are used, and only those: a restore that
 //! skips a tensor the store lacks never types it, so an extra tensor of a dtype mvtensor has
 //! no element type for (`BOOL`, `U8`, `F8_E4M3`, common in files written from Python) is
 //! ignored like any other; a load, which makes every tensor a variable, refuses it by name.
@@ -16,7 +18,7 @@ use std::path::Path;
 use super::checkpoint_error;
 use crate::error::{Error, Result};
 use crate::{CriticalSection, Store};
-use parse::parse;
+use parse::{parse, Budget};
 use typed::{check_supported, read, stage, Loaded, Staged, Target};
 
 /// What [`Store::restore`] does with a variable that one side has and the other lacks.
@@ -31,7 +33,9 @@ pub enum Missing {
     Skip,
 }
 
-/// Options of [`Store::restore`]. The default refuses both kinds of mismatch.
+/// Options of reading a checkpoint: of [`Store::restore`], and the memory budget of
+/// [`Store::load_with`]. The default refuses both kinds of mismatch and has the default
+/// memory budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Restore {
@@ -39,6 +43,9 @@ pub struct Restore {
     pub missing_in_store: Missing,
     /// A variable of the store with no tensor of that name in the file.
     pub missing_in_file: Missing,
+    /// The most bytes reading the file may allocate for its tensors; `None` for the default
+    /// (see [`memory_budget`](Self::memory_budget)).
+    pub memory_budget: Option<usize>,
 }
 
 impl Restore {
@@ -49,6 +56,7 @@ impl Restore {
         Self {
             missing_in_store: Missing::Skip,
             missing_in_file: Missing::Skip,
+            memory_budget: None,
         }
     }
 
@@ -63,22 +71,56 @@ impl Restore {
         self.missing_in_file = missing;
         self
     }
+
+    /// Sets the most bytes that reading the file may allocate for its tensors. Before
+    /// anything is allocated, every size in the header is checked against what the file holds,
+    /// and what reading it would request from the allocator is counted: each variable's values
+    /// (its bytes in the file) and ~1.5 KiB of state; for a paged table loaded by
+    /// [`Store::load`], its pages beside the values they are built from (the rows, padded to
+    /// whole pages, plus ~16 bytes of tree a page); for a restore, the values it stages and
+    /// a paged variable's new pages. A file over the budget is [`Error::Checkpoint`] naming
+    /// the tensor, the bytes it would need and the budget; nothing is loaded or applied. The
+    /// file's own bytes, read whole first, are not counted.
+    ///
+    /// The default is 16 times the file's length plus 256 MiB. An honest file fits: dense
+    /// values cost their bytes, and the worst paged table, one-row pages of 2-byte rows, 10
+    /// times its bytes. A file cannot make the reader allocate far more than it holds: a
+    /// 117-byte header declaring a paged table of 2^33 empty rows (a page tree of ~64 GiB)
+    /// is refused at once. Raise it for hundreds of thousands of tiny tensors, whose
+    /// variables' state outweighs their header entries; lower it to cap what a file may take.
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
 }
 
 impl Store {
     /// Reads the checkpoint at `path` into a new store: one fixed-shape variable per tensor,
     /// under the tensor's name, at version 0; a tensor saved from a paged variable
     /// (`mvtensor.paged.<name>` in the metadata) becomes a paged variable of the same page
-    /// size.
+    /// size. Under the default memory budget ([`Restore::memory_budget`]; [`load_with`]
+    /// sets another).
+    ///
+    /// [`load_with`]: Self::load_with
     ///
     /// # Errors
-    /// [`Error::Checkpoint`] naming the file and the problem: unreadable, malformed, or a
-    /// tensor of a dtype mvtensor has no element type for (named, with its dtype).
+    /// [`Error::Checkpoint`] naming the file and the problem: unreadable, malformed, a tensor
+    /// of a dtype mvtensor has no element type for (named, with its dtype), or one that would
+    /// take the load over its memory budget.
     pub fn load(path: impl AsRef<Path>) -> Result<Store> {
+        Self::load_with(path, Restore::default())
+    }
+
+    /// As [`load`](Self::load), under `options`' memory budget
+    /// ([`Restore::memory_budget`]); their other settings are a restore's and do not apply.
+    ///
+    /// # Errors
+    /// As for [`load`](Self::load).
+    pub fn load_with(path: impl AsRef<Path>, options: Restore) -> Result<Store> {
         let path = path.as_ref();
         let file = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|e| checkpoint_error(path, e.to_string()))?;
-        let values = read_all(&bytes, &file)?;
+        let values = read_all(&bytes, &file, options)?;
         drop(bytes); // before the variables are made: a file's worth less at the peak
         register_all(values, &file)
     }
@@ -88,7 +130,15 @@ impl Store {
     /// # Errors
     /// As for [`load`](Self::load), naming the file `<bytes>`.
     pub fn load_bytes(bytes: &[u8]) -> Result<Store> {
-        register_all(read_all(bytes, "<bytes>")?, "<bytes>")
+        Self::load_bytes_with(bytes, Restore::default())
+    }
+
+    /// As [`load_with`](Self::load_with), from the bytes of a checkpoint already in memory.
+    ///
+    /// # Errors
+    /// As for [`load`](Self::load), naming the file `<bytes>`.
+    pub fn load_bytes_with(bytes: &[u8], options: Restore) -> Result<Store> {
+        register_all(read_all(bytes, "<bytes>", options)?, "<bytes>")
     }
 
     /// Sets every variable of the store that the checkpoint at `path` names to the file's
@@ -103,9 +153,10 @@ impl Store {
     /// # Errors
     /// [`Error::Checkpoint`] naming the file and the problem: unreadable or malformed, a
     /// tensor whose dtype or shape does not fit the variable of its name, a name missing
-    /// on either side where `options` refuse it; [`Error::ResourceConflict`] if a variable
-    /// belongs to a section that holds it exclusively (restore through that section instead).
-    /// Nothing is applied then.
+    /// on either side where `options` refuse it, or a file over the memory budget
+    /// ([`Restore::memory_budget`]); [`Error::ResourceConflict`] if a variable belongs to a
+    /// section that holds it exclusively (restore through that section instead). Nothing is
+    /// applied then.
     pub fn restore(&self, path: impl AsRef<Path>, options: Restore) -> Result<usize> {
         let path = path.as_ref();
         let file = path.display().to_string();
@@ -130,8 +181,8 @@ impl Store {
         Ok(count)
     }
 
-    /// The tensors of `bytes` that `options` restore, each checked against its variable
-    /// before any is converted, then with their values.
+    /// The tensors of `bytes` that `options` restore, each checked against its variable and
+    /// counted against the budget before any is converted, then with their values.
     fn stage_all(
         &self,
         bytes: &[u8],
@@ -149,6 +200,7 @@ impl Store {
                 return Err(error(file, format!("it has no tensor `{}`", info.name)));
             }
         }
+        let mut budget = Budget::new(file, options.memory_budget, bytes.len());
         let mut targets: Vec<(Box<dyn Target>, _)> = Vec::with_capacity(parsed.tensors.len());
         for raw in &parsed.tensors {
             if !self.contains(&raw.name) {
@@ -164,6 +216,7 @@ impl Store {
             }
             let layout = parsed.layout(raw);
             let target = stage(self, file, raw, layout)?;
+            budget.charge(&raw.name, target.bytes_needed(raw), "its new value")?;
             targets.push((target, raw));
         }
         targets
@@ -173,14 +226,16 @@ impl Store {
     }
 }
 
-/// Every tensor of `bytes` read into its values, once every one is checked (dtype, rows per
-/// page).
-fn read_all(bytes: &[u8], file: &str) -> Result<Vec<Box<dyn Loaded>>> {
+/// Every tensor of `bytes` read into its values, once every one is checked (dtype, shape,
+/// rows per page) and counted against the budget.
+fn read_all(bytes: &[u8], file: &str, options: Restore) -> Result<Vec<Box<dyn Loaded>>> {
     let parsed = parse(bytes, file)?;
+    let mut budget = Budget::new(file, options.memory_budget, bytes.len());
     let mut paged = Vec::with_capacity(parsed.tensors.len());
     for raw in &parsed.tensors {
         check_supported(file, raw)?;
         let rows_per_page = parsed.rows_per_page(raw, file)?;
+        budget.charge_load(raw, rows_per_page)?;
         paged.push(rows_per_page);
     }
     parsed

@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::Dtype;
 
-use super::parse::Raw;
+use super::parse::{Raw, TREE_PER_PAGE};
 use super::{error, misfit};
 use crate::error::{check_shape, Error, Result};
 use crate::{CriticalSectionBuilder, Element, PagedVariable, Store, Txn, Variable};
@@ -133,6 +133,8 @@ pub(super) fn read(
 /// The variable a tensor of a checkpoint is restored into, checked to take it; its values
 /// are not read yet.
 pub(super) trait Target: Send {
+    /// Bytes the restore allocates for it: the values, and a paged table's new pages.
+    fn bytes_needed(&self, raw: &Raw<'_>) -> Option<usize>;
     /// Reads the tensor's values (as the variable's element type, checked by [`stage`]).
     fn read(self: Box<Self>, raw: &Raw<'_>) -> Result<Box<dyn Staged>>;
 }
@@ -150,6 +152,18 @@ enum Checked<A: Element> {
 }
 
 impl<A: Element> Target for Checked<A> {
+    fn bytes_needed(&self, raw: &Raw<'_>) -> Option<usize> {
+        match self {
+            Self::Dense(_) => Some(raw.data.len()),
+            Self::Paged(variable) => {
+                let layout = &variable.inner.layout;
+                // The commit's new table: every page replaced.
+                let page = layout.page_len.checked_mul(std::mem::size_of::<A>())?;
+                let each = page.checked_add(TREE_PER_PAGE)?;
+                raw.data.len().checked_add(layout.pages.checked_mul(each)?)
+            }
+        }
+    }
     fn read(self: Box<Self>, raw: &Raw<'_>) -> Result<Box<dyn Staged>> {
         let value = array(raw)?;
         Ok(match *self {
