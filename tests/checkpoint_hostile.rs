@@ -48,13 +48,13 @@ fn a_117_byte_header_of_two_to_the_33_empty_rows_is_refused_at_once() {
         "{refused}"
     );
     // Checked before anything is allocated: microseconds, where building took minutes.
-    assert!(
-        start.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        start.elapsed()
-    );
+    // (Miri interprets too slowly for any bound on time.)
+    if !cfg!(miri) {
+        let elapsed = start.elapsed();
+        assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
+    }
 
-    // The same file from disk names it; a larger page makes it fit (2^21 pages, ~50 MB).
+    // The same file from disk names it; larger pages make it fit (8,192 pages of 2^20 rows).
     #[cfg(not(miri))]
     {
         let dir = tempfile::tempdir().unwrap();
@@ -68,7 +68,7 @@ fn a_117_byte_header_of_two_to_the_33_empty_rows_is_refused_at_once() {
     }
     let fits = String::from_utf8(bytes[8..].to_vec())
         .unwrap()
-        .replace(r#""1""#, r#""4096""#);
+        .replace(r#""1""#, r#""1048576""#);
     let store = Store::load_bytes(&with_header(&fits, &[])).unwrap();
     let emb = store.get_paged::<f32>("emb").unwrap();
     assert_eq!(emb.shape(), [1usize << 33, 0]);
