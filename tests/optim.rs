@@ -1,5 +1,7 @@
 //! Issue 13, item 1: optimizers over shared parameters, each step atomic over the set.
 
+mod state;
+
 use crate::common;
 
 use mvtensor::optim::{HogwildSgd, Optimizer};
@@ -541,7 +543,7 @@ fn clipping_counts_every_element_of_a_large_gradient() {
 /// an infinity (in any gradient, at any position, a packed set's tensor named by its label)
 /// and applies nothing: the parameters, the moments and the step count are as before, so
 /// the next finite step gives the same result as if the bad one never came. Without it,
-/// the step is applied and the NaN stays in Adam's moments (a user's review).
+/// the step is applied and the NaN stays in Adam's moments, which the next step refuses.
 #[test]
 fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
     use mvtensor::optim::Packed;
@@ -615,11 +617,17 @@ fn nonfinite_gradients_are_refused_when_asked_and_poison_otherwise() {
         "{refused}"
     );
 
-    // Without the guard the NaN is applied, and stays.
+    // Without the guard the NaN is applied, and stays in the moments: the next step refuses
+    // that state (a step from it would write NaN), naming it, and applies nothing.
     let (w, _, unguarded) = build(false);
     unguarded.step((&grad(Some((0, f32::NAN))), &fine)).unwrap();
-    unguarded.step((&grad(None), &fine)).unwrap();
     assert!(w.read()[0].is_nan());
+    let stuck = unguarded.step((&grad(None), &fine)).unwrap_err();
+    assert!(
+        matches!(&stuck, Error::InvalidValue { problem, .. } if problem.contains("moment of `w`")),
+        "{stuck}"
+    );
+    assert_eq!((unguarded.steps(), w.version()), (1, 1), "nothing applied");
 }
 
 /// Hogwild SGD refuses non-finite gradients when asked, before writing any parameter (a

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use mvtensor::checkpoint::Restore;
 use mvtensor::optim::SparseAdam;
 use mvtensor::{Error, PagedVariable, Store};
-use ndarray::{Array2, Axis};
+use ndarray::{arr0, Array2, Axis, Ix0};
 
 use crate::common;
 
@@ -239,4 +239,111 @@ fn a_checkpoint_resumes_sparse_adam_where_it_was() {
     let (_, resumed) = run(10..20, true);
     let expected = whole.snapshot().get_paged::<f32>("emb").unwrap().to_array();
     assert_eq!(resumed.read().to_array(), expected);
+}
+
+/// The state of a trainer (table, moments, count) as its store holds it, bit for bit, with
+/// each variable's version.
+fn state_bits(store: &Store) -> Vec<(Vec<u32>, u64)> {
+    let snapshot = store.snapshot();
+    let paged = |name: &str| {
+        let v = snapshot.get_paged::<f32>(name).unwrap();
+        let bits = v.to_array().iter().map(|x| x.to_bits()).collect();
+        (bits, store.get_paged::<f32>(name).unwrap().version())
+    };
+    let steps = store.get::<i64, Ix0>("adam.steps").unwrap();
+    let count = (
+        vec![steps.get() as u32, (steps.get() >> 32) as u32],
+        steps.version(),
+    );
+    vec![paged("emb"), paged("adam.moments"), count]
+}
+
+/// A checkpoint whose optimizer state no step can use (a count of -1 or `i64::MAX`, a
+/// negative second moment or a NaN first moment in a row the batch touches) restores, and
+/// the next step is `InvalidValue` naming the state variable and the value: no row, moment
+/// or count is written. A count of `i64::MAX - 1` is valid (its step is number `i64::MAX`),
+/// and a row the batch does not touch is not read.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_restored_state_no_step_can_use_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.safetensors");
+    let rows = 12;
+    let trainer = || {
+        let store = Store::new();
+        let table = PagedVariable::builder(initial(rows))
+            .name("emb")
+            .rows_per_page(4)
+            .build()
+            .unwrap();
+        store.register_paged(&table).unwrap();
+        let adam = adam(&table);
+        adam.register_state(&store).unwrap();
+        (store, adam)
+    };
+    // A row's moments: `[1, 2, WIDTH]` (the first moment, then the second).
+    let moments = |m: f32, v: f32| {
+        let mut mv = ndarray::Array3::<f32>::zeros((1, 2, WIDTH));
+        mv[[0, 0, 1]] = m;
+        mv[[0, 1, 2]] = v;
+        mv
+    };
+    enum Bad {
+        Steps(i64),
+        Row(usize, f32, f32),
+    }
+    let (ids, g) = batch(0, rows); // rows 0, 3 and 0 again
+    assert!(ids.contains(&3) && !ids.contains(&5));
+    for (bad, variable, value) in [
+        (Bad::Steps(-1), "adam.steps", "-1".to_owned()),
+        (Bad::Steps(i64::MAX), "adam.steps", i64::MAX.to_string()),
+        (Bad::Row(3, 0.5, -1.0), "adam.moments", "-1.0".to_owned()),
+        (Bad::Row(3, f32::NAN, 1.0), "adam.moments", "NaN".to_owned()),
+    ] {
+        let (saved, adam) = trainer();
+        adam.step(&ids, &g).unwrap();
+        match bad {
+            Bad::Steps(n) => saved
+                .get::<i64, Ix0>("adam.steps")
+                .unwrap()
+                .assign(arr0(n))
+                .unwrap(),
+            Bad::Row(row, m, v) => saved
+                .get_paged::<f32>("adam.moments")
+                .unwrap()
+                .scatter_update(&[row], &moments(m, v))
+                .unwrap(),
+        };
+        saved.snapshot().save(&file).unwrap();
+        let (store, adam) = trainer();
+        store.restore(&file, Restore::default()).unwrap();
+        let before = state_bits(&store);
+        let err = adam.step(&ids, &g).unwrap_err();
+        match &err {
+            Error::InvalidValue {
+                variable: v,
+                problem,
+            } => {
+                assert_eq!(v, variable, "{err}");
+                assert!(problem.contains(&value), "{err}");
+            }
+            other => panic!("not InvalidValue: {other}"),
+        }
+        assert_eq!(state_bits(&store), before, "nothing written: {err}");
+    }
+    // The largest count a step can follow, and a bad row the batch leaves alone.
+    let (store, adam) = trainer();
+    store
+        .get::<i64, Ix0>("adam.steps")
+        .unwrap()
+        .assign(arr0(i64::MAX - 1))
+        .unwrap();
+    store
+        .get_paged::<f32>("adam.moments")
+        .unwrap()
+        .scatter_update(&[5], &moments(f32::NAN, -1.0))
+        .unwrap();
+    assert_eq!(adam.step(&ids, &g).unwrap(), i64::MAX);
+    let rows_after = adam.table().gather(&ids).unwrap();
+    assert!(rows_after.iter().all(|x| x.is_finite()), "{rows_after}");
 }

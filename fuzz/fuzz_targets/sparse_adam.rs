@@ -3,7 +3,9 @@
 //! arbitrary page sizes, against lazy Adam on plain arrays.
 //!
 //! Checked after every step: the result (the step's number, or the exact error variant) is
-//! the model's; a refused step changes nothing (table, moments, count); the table and both
+//! the model's (a NaN gradient applied without `error_if_nonfinite` leaves NaN moments in its
+//! rows, and a later step touching one is `InvalidValue` naming the moments); a refused step
+//! changes nothing (table, moments, count); the table and both
 //! moments equal the model's bit for bit (the same operations in the same order: Adam's
 //! sweep is the same expression in AVX2 and in the model).
 
@@ -51,6 +53,16 @@ struct Model {
 }
 
 impl Model {
+    /// Whether every moment of the rows `ids` is one a step can use: finite, the second at
+    /// least 0.
+    fn usable(&self, ids: &[usize]) -> bool {
+        ids.iter().all(|&id| {
+            let row = id * self.width..(id + 1) * self.width;
+            self.m[row.clone()].iter().all(|x| x.is_finite())
+                && self.v[row].iter().all(|&x| x.is_finite() && x >= 0.0)
+        })
+    }
+
     fn step(&mut self, ids: &[usize], g: &Array2<f32>) {
         self.t += 1;
         let t = i32::try_from(self.t).unwrap();
@@ -125,6 +137,8 @@ fuzz_target!(|input: Input| {
             Err("IndexOutOfRange")
         } else if input.refuse_nonfinite && g.iter().any(|x| !x.is_finite()) {
             Err("NonFinite")
+        } else if !model.usable(&ids) {
+            Err("InvalidValue")
         } else {
             Ok(())
         };
@@ -143,6 +157,9 @@ fuzz_target!(|input: Input| {
                 Err("NonFinite"),
             ) => {
                 assert_eq!(variable, "emb");
+            }
+            (Err(Error::InvalidValue { variable, .. }), Err("InvalidValue")) => {
+                assert_eq!(variable, "adam.moments");
             }
             (got, expected) => panic!("got {got:?}, expected {expected:?}"),
         }

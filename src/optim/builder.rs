@@ -76,9 +76,10 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     /// [`Error::NonFinite`](crate::Error::NonFinite) naming the first such gradient, and
     /// nothing is applied (the step count does not move), so the trainer can skip the
     /// batch and go on. Without it (the default, as in PyTorch) such a step is applied: a
-    /// NaN reaches the parameters and, for Adam and momentum, stays in the moments for good;
-    /// clipping does not stop it (the norm is NaN). Costs one pass over the gradients a
-    /// step.
+    /// NaN reaches the parameters and, for Adam and momentum, stays in the moments, so that
+    /// every later step is refused with [`Error::InvalidValue`](crate::Error::InvalidValue)
+    /// naming the state (a step from it would write NaN); clipping does not stop it (the
+    /// norm is NaN). Costs one pass over the gradients a step.
     ///
     /// ```
     /// use mvtensor::{optim::Optimizer, Error, Variable};

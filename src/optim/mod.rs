@@ -55,6 +55,7 @@ mod schedule;
 mod soft;
 mod sparse;
 mod step_count;
+mod valid;
 
 use ndarray::{Dimension, Ix1, NdFloat};
 
@@ -73,6 +74,8 @@ use grads::Collected;
 use rule::{apply, clip_scale, State, Update};
 use schedule::Schedule;
 use step_count::{decode_step, encode_step, STEP_LEN};
+use valid::check_finite;
+use valid::{invalid_moments, next_step};
 
 /// Where one gradient of a step goes: a parameter, or one tensor of a [`Packed`] one.
 #[derive(Debug)]
@@ -224,8 +227,13 @@ impl<A: Element + NdFloat> Optimizer<A> {
     /// [`Error::ShapeMismatch`] naming the parameter whose gradient has another shape;
     /// [`Error::Reentrant`] from inside another execution; [`Error::NonFinite`] if the
     /// optimizer refuses non-finite gradients
-    /// ([`error_if_nonfinite`](OptimizerBuilder::error_if_nonfinite)). Nothing is applied
-    /// then.
+    /// ([`error_if_nonfinite`](OptimizerBuilder::error_if_nonfinite)); [`Error::InvalidValue`]
+    /// naming the state variable if the state is not one a step can use (restored from
+    /// elsewhere or assigned): its step count is not one the optimizer writes, or the step
+    /// from it is not finite because a momentum buffer or moment holds a NaN or an infinity,
+    /// or a second moment is negative. The sweep checks that every update it computes is
+    /// finite (one product and one comparison an element, no pass of its own), and scans
+    /// the moments only where one is not. Nothing is applied then.
     pub fn step(&self, grads: impl Gradients<A>) -> Result<i64> {
         let grads = grads.collect();
         self.check_gradients(&grads)?;
@@ -249,13 +257,15 @@ impl<A: Element + NdFloat> Optimizer<A> {
             let at = state_before.len() - STEP_LEN; // the state's shape is fixed
             let (mut state_before, step_before) = state_before.split_at(at);
             let (mut state_after, step_after) = state_after.split_at_mut(at);
-            let t = decode_step(step_before).ok_or_else(|| Error::InvalidValue {
+            let steps = decode_step(step_before).ok_or_else(|| Error::InvalidValue {
                 variable: self.state.name().to_owned(),
                 problem: format!(
                     "its last two elements {step_before:?} are not a step count (whole \
                      numbers in 0..2^24)"
                 ),
-            })? + 1;
+            })?;
+            // The corrections do not depend on the learning rate (the schedule's factor).
+            let (t, bias) = next_step(&self.rule, steps, self.state.name())?;
             encode_step(t, step_after);
             let rule = match &self.schedule {
                 // A bad factor fails the execution, which discards its working copies
@@ -265,7 +275,6 @@ impl<A: Element + NdFloat> Optimizer<A> {
                     .with_lr_times(schedule.factor(t, self.state.name())?),
                 None => self.rule,
             };
-            let bias = rule.bias_correction(t);
             let mut parts = self.parts.iter().zip(&grads).peekable();
             for (i, param) in self.params.iter().enumerate() {
                 let mut p;
@@ -281,7 +290,7 @@ impl<A: Element + NdFloat> Optimizer<A> {
                         (standard(before), standard_mut(after))
                     }
                 };
-                while let Some((_, (_, g))) = parts.next_if(|(part, _)| part.param == i) {
+                while let Some((part, (_, g))) = parts.next_if(|(part, _)| part.param == i) {
                     let len = g.len(); // the part's, checked before the execution
                     let (p_before, rest) = before.split_at(len);
                     before = rest;
@@ -297,7 +306,8 @@ impl<A: Element + NdFloat> Optimizer<A> {
                         state.after[k] = block;
                         state_after = rest;
                     }
-                    apply(Update {
+                    let read = state.before;
+                    let finite = apply(Update {
                         rule,
                         corrections: bias,
                         scale,
@@ -305,6 +315,13 @@ impl<A: Element + NdFloat> Optimizer<A> {
                         state,
                         g,
                     });
+                    if !finite {
+                        // Fails the execution if the state is why: every write of the step
+                        // is discarded.
+                        if let Some(e) = self.invalid_state(&rule, part, read) {
+                            return Err(e);
+                        }
+                    }
                 }
             }
             Ok(t)
@@ -323,6 +340,15 @@ impl<A: Element + NdFloat> Optimizer<A> {
             check_shape(self.label(part), &part.shape, shape)?;
         }
         Ok(())
+    }
+
+    /// [`invalid_moments`] of `part`'s state blocks as a step read them (out of the step's
+    /// line: only a step with an update that is not finite gets here).
+    #[cold]
+    #[inline(never)]
+    fn invalid_state(&self, rule: &Rule<A>, part: &Part, read: [&[A]; 2]) -> Option<Error> {
+        let of = format!("`{}`", self.label(part));
+        invalid_moments(rule, self.state.name(), &of, read)
     }
 
     /// How errors name a gradient's parameter: `<set>.<tensor>` in a packed set.
@@ -356,25 +382,6 @@ fn standard_mut<A, D: Dimension>(array: &mut ndarray::ArrayRef<A, D>) -> &mut [A
     array
         .as_slice_mut()
         .expect("working copies are in standard layout")
-}
-
-/// `error_if_nonfinite`'s check, for every optimizer: `Err(NonFinite)` naming (by `name` of
-/// its position) the first of `grads` that holds a NaN or an infinity.
-pub(super) fn check_finite<'g, A: NdFloat>(
-    optimizer: &str,
-    grads: impl IntoIterator<Item = &'g [A]>,
-    name: impl FnOnce(usize) -> String,
-) -> Result<()> {
-    match grads
-        .into_iter()
-        .position(|g| !g.iter().all(|x| x.is_finite()))
-    {
-        Some(i) => Err(Error::NonFinite {
-            optimizer: optimizer.to_owned(),
-            parameter: name(i),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// The error for `param` added to `owner` a second time (PyTorch refuses it too): each step

@@ -161,14 +161,17 @@ pub(super) struct Update<'a, A> {
 
 /// Applies `update`, in AVX2 where the processor has it (the same bits:
 /// [`wide`](crate::kernel::wide)); Adam's divisions and square roots then go eight `f32` at
-/// a time.
-pub(super) fn apply<A: NdFloat>(update: Update<'_, A>) {
+/// a time. Returns whether every element's update is finite; where one is not, the caller
+/// checks the state the step read ([`invalid_moments`](super::valid::invalid_moments)),
+/// and fails the step if that is what made it so.
+#[must_use = "a step from an invalid state is refused"]
+pub(super) fn apply<A: NdFloat>(update: Update<'_, A>) -> bool {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if crate::kernel::avx2() {
         // SAFETY: the processor has AVX2.
         return unsafe { apply_avx2(update) };
     }
-    apply_plain(update);
+    apply_plain(update)
 }
 
 /// [`apply`] in AVX2.
@@ -177,13 +180,13 @@ pub(super) fn apply<A: NdFloat>(update: Update<'_, A>) {
 /// The processor has AVX2.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[target_feature(enable = "avx2")]
-unsafe fn apply_avx2<A: NdFloat>(update: Update<'_, A>) {
-    apply_plain(update);
+unsafe fn apply_avx2<A: NdFloat>(update: Update<'_, A>) -> bool {
+    apply_plain(update)
 }
 
 /// [`apply`], compiled for whichever instructions its caller may use.
 #[inline(always)]
-fn apply_plain<A: NdFloat>(update: Update<'_, A>) {
+fn apply_plain<A: NdFloat>(update: Update<'_, A>) -> bool {
     let Update {
         rule,
         corrections: (c1, c2),
@@ -202,14 +205,20 @@ fn apply_plain<A: NdFloat>(update: Update<'_, A>) {
             for ((out, &p), &g) in p_out.iter_mut().zip(p).zip(g) {
                 *out = p - k * g;
             }
+            true // no state
         }
         Rule::Momentum { lr, momentum } => {
             let (v, v_out) = (s0, s0_out);
             let (p, v) = (p.iter().zip(v), p_out.iter_mut().zip(v_out.iter_mut()));
+            // Accumulated without an early exit, so that the loop stays vectorized: `x * 0`
+            // is 0 for a finite `x`, NaN for a NaN or an infinity.
+            let (mut finite, zero) = (true, A::zero());
             for (((&p, &v), (p_out, v_out)), &g) in p.zip(v).zip(g) {
                 *v_out = momentum * v + scale * g;
+                finite &= *v_out * zero == zero;
                 *p_out = p - lr * *v_out;
             }
+            finite
         }
         Rule::Adam {
             lr,
@@ -229,9 +238,9 @@ fn apply_plain<A: NdFloat>(update: Update<'_, A>) {
             // Times one is exact: without clipping or weight decay the sweep skips both
             // products (two of Adam's ~17 operations an element), same bits.
             if scale == A::one() && decay == A::one() {
-                adam_sweep(consts, values, state, g, |g| g, |p| p);
+                adam_sweep(consts, values, state, g, |g| g, |p| p)
             } else {
-                adam_sweep(consts, values, state, g, |g| scale * g, |p| p * decay);
+                adam_sweep(consts, values, state, g, |g| scale * g, |p| p * decay)
             }
         }
     }
@@ -248,7 +257,10 @@ struct AdamConsts<A> {
 
 /// One Adam sweep over a parameter, its moments and gradient: `scaled` is the gradient's
 /// clipping, `decayed` the weight decay (identities where there is none, so that the
-/// compiler drops them).
+/// compiler drops them). Returns whether every element's update (what is subtracted from
+/// the decayed parameter) is finite, accumulated without an early exit, so that the loop
+/// stays vectorized: one product and one comparison per element (`x * 0` is 0 for a finite
+/// `x`, NaN for a NaN or an infinity), where checking both moments took five.
 #[inline(always)]
 fn adam_sweep<A: NdFloat>(
     AdamConsts {
@@ -262,16 +274,20 @@ fn adam_sweep<A: NdFloat>(
     g: &[A],
     scaled: impl Fn(A) -> A,
     decayed: impl Fn(A) -> A,
-) {
+) -> bool {
     let before = p.iter().zip(m).zip(v);
     let after = p_out.iter_mut().zip(m_out.iter_mut()).zip(v_out.iter_mut());
+    let (mut finite, zero) = (true, A::zero());
     for ((((&p, &m), &v), ((p_out, m_out), v_out)), &g) in before.zip(after).zip(g) {
         let g = scaled(g);
         let m = beta1 * m + (A::one() - beta1) * g;
         let v = beta2 * v + (A::one() - beta2) * g * g;
         (*m_out, *v_out) = (m, v);
-        *p_out = decayed(p) - lr * (m / c1) / ((v / c2).sqrt() + eps);
+        let update = lr * (m / c1) / ((v / c2).sqrt() + eps);
+        finite &= update * zero == zero;
+        *p_out = decayed(p) - update;
     }
+    finite
 }
 
 // Only where there is an AVX2 loop to compare (not under miri, which runs the baseline and
@@ -365,12 +381,13 @@ mod tests {
                     },
                     g: &g,
                 };
-                if wide {
+                let valid = if wide {
                     // SAFETY: the processor has AVX2 (checked above).
-                    unsafe { apply_avx2(update) };
+                    unsafe { apply_avx2(update) }
                 } else {
-                    apply_plain(update);
-                }
+                    apply_plain(update)
+                };
+                assert!(valid, "finite moments, a second moment of squares");
                 [p_out, m_out, v_out]
                     .concat()
                     .iter()

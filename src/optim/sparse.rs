@@ -4,6 +4,7 @@ use ndarray::{arr0, ArrayD, ArrayRef, Dimension, Ix0, IxDyn, NdFloat};
 
 use super::check_finite;
 use super::rule::{apply, Rule, State, Update};
+use super::valid::{invalid_moments, next_step};
 #[cfg(doc)]
 use crate::error::Error; // the docs' links
 use crate::error::{check_rows, Result};
@@ -24,6 +25,10 @@ use crate::{CriticalSection, Element, PagedVariable, Store, Variable};
 /// moment of one step or of the next. A step copies the pages of the rows it touches in
 /// each of the three tables (three gathers and three scatters), and memory is three tables,
 /// as for dense Adam.
+///
+/// The state may come from a checkpoint or an assignment, so a step checks what it reads of
+/// it before it writes anything: the step count, and the moments of the rows it touches
+/// where they make the step non-finite (see [`step`](SparseAdam::step)'s errors).
 ///
 /// [`Optimizer`]: super::Optimizer
 ///
@@ -191,7 +196,14 @@ impl<A: Element + NdFloat> SparseAdam<A> {
     /// [`Error::IndexOutOfRange`] naming the table and the first index past its rows;
     /// [`Error::ShapeMismatch`] unless `grads` has the shape above; [`Error::NonFinite`] if
     /// asked ([`SparseAdamBuilder::error_if_nonfinite`]); [`Error::Reentrant`] from inside
-    /// another execution. Nothing is applied then.
+    /// another execution; [`Error::InvalidValue`] naming `<name>.steps` if the step count
+    /// (restored from a checkpoint, or assigned) is negative or `i64::MAX` (the next step's
+    /// number would overflow), or `<name>.moments` if a touched row's step is not finite
+    /// because its moments hold a NaN or an infinity or its second moment is negative. The
+    /// touched rows alone are checked, as the dense [`Optimizer::step`](super::Optimizer::step)
+    /// checks its state (the sweep's updates, then the moments where one is not finite),
+    /// before anything is written: a row no step touches is never read. Nothing is applied
+    /// then.
     pub fn step<E: Dimension>(&self, indices: &[usize], grads: &ArrayRef<A, E>) -> Result<i64> {
         let shape = self.table.shape();
         check_rows(self.table.name(), shape, indices, grads.shape())?;
@@ -202,8 +214,8 @@ impl<A: Element + NdFloat> SparseAdam<A> {
         let width = shape[1..].iter().product();
         let (rows, g) = coalesce(indices, &grads, width);
         self.section.execute(|tx| {
-            let t = tx.read(&self.steps)?[()] + 1;
-            let corrections = self.rule.bias_correction(t);
+            let steps = tx.read(&self.steps)?[()];
+            let (t, corrections) = next_step(&self.rule, steps, self.steps.name())?;
             let (p, mv) = (
                 tx.gather(&self.table, &rows)?,
                 tx.gather(&self.moments, &rows)?,
@@ -218,11 +230,13 @@ impl<A: Element + NdFloat> SparseAdam<A> {
             let rows_out = standard_mut(&mut p_out)
                 .chunks_mut(w)
                 .zip(standard_mut(&mut mv_out).chunks_mut(w2));
-            for (((p, mv), g), (p_out, mv_out)) in rows_in.zip(rows_out) {
+            for ((((p, mv), g), (p_out, mv_out)), &row) in rows_in.zip(rows_out).zip(&rows) {
                 let (m, v) = mv.split_at(width);
                 let (m_out, v_out) = mv_out.split_at_mut(width);
-                // The dense optimizer's sweep, one row at a time.
-                apply(Update {
+                // The dense optimizer's sweep, one row at a time, into buffers of the step's
+                // own: a row whose moments are invalid fails the execution before any
+                // scatter writes the tables.
+                let finite = apply(Update {
                     rule: self.rule,
                     corrections,
                     scale: A::one(),
@@ -233,6 +247,12 @@ impl<A: Element + NdFloat> SparseAdam<A> {
                     },
                     g,
                 });
+                if !finite {
+                    let (name, of) = (self.moments.name(), format!("row {row}"));
+                    if let Some(e) = invalid_moments(&self.rule, name, &of, [m, v]) {
+                        return Err(e);
+                    }
+                }
             }
             tx.scatter_update(&self.table, &rows, &p_out)?;
             tx.scatter_update(&self.moments, &rows, &mv_out)?;
