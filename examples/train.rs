@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .clone()
         .every(Arc::clone(&store), Duration::from_millis(200))?;
 
-    let batches = TensorQueue::<f32>::new("batches", 64, &[BATCH, 12]);
+    let batches = TensorQueue::<f32>::new("batches", 64, &[BATCH, 12])?;
     let loss = Mean::new();
     let start = Instant::now();
     println!("{:>8} {:>10} {:>10}", "time", "steps", "loss (MSE)");

@@ -283,8 +283,8 @@ fn rank_words(rank: Option<usize>) -> String {
     }
 }
 
-/// Why a queue operation failed ([`Error::Queue`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// Why a queue operation failed, or a queue could not be made ([`Error::Queue`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum QueueProblem {
     /// Closed: no more enqueues; for a dequeue, closed and drained.
@@ -302,6 +302,31 @@ pub enum QueueProblem {
     /// `dequeue_many(n)` with `n` above the capacity: it could never be served.
     #[error("more elements asked for than the queue can hold")]
     TooMany,
+    /// An enqueued element does not have the queue's shape (no broadcasting).
+    #[error(
+        "an element must have shape {expected:?}, this one has shape {found:?} (no broadcasting)"
+    )]
+    Shape {
+        /// The queue's element shape.
+        expected: Vec<usize>,
+        /// The shape of the element given.
+        found: Vec<usize>,
+    },
+    /// `TensorQueue::new` with a shape no batch of the queue could have as an array: the
+    /// element count overflows `usize`, or a batch of `capacity` elements (the most a
+    /// `dequeue_many` returns) would take more than `isize::MAX` bytes.
+    #[error(
+        "elements of shape {shape:?} in batches of up to {capacity} do not fit in memory \
+         ({why})"
+    )]
+    TooLarge {
+        /// The element shape asked for.
+        shape: Vec<usize>,
+        /// The capacity asked for.
+        capacity: usize,
+        /// What overflows.
+        why: &'static str,
+    },
 }
 
 /// `Result<T, mvtensor::Error>`.

@@ -14,7 +14,7 @@
 //! use mvtensor::queue::TensorQueue;
 //! use ndarray::Array1;
 //!
-//! let batches = TensorQueue::<f32>::new("batches", 4, &[3]);
+//! let batches = TensorQueue::<f32>::new("batches", 4, &[3])?;
 //! std::thread::scope(|s| {
 //!     s.spawn(|| {
 //!         for i in 0..10 {
@@ -28,6 +28,7 @@
 //!     }
 //!     assert_eq!(seen, 45.0);
 //! });
+//! # Ok::<(), mvtensor::Error>(())
 //! ```
 
 use std::collections::VecDeque;
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::error::{check_shape, Error, QueueProblem, Result};
+use crate::error::{same_shape, Error, QueueProblem, Result};
 use crate::kernel::standard_elements;
 use crate::sync::lock_std;
 use crate::Element;
@@ -98,10 +99,19 @@ impl<A: Element> TensorQueue<A> {
     /// An open, empty queue named `name` (for errors) holding at most `capacity` elements of
     /// `shape`; a capacity of 0 is taken as 1 (a queue that could hold nothing would block
     /// every enqueue forever).
-    pub fn new(name: impl Into<String>, capacity: usize, shape: &[usize]) -> Self {
-        Self {
-            name: name.into(),
-            capacity: capacity.max(1),
+    ///
+    /// # Errors
+    /// [`Error::Queue`] with [`QueueProblem::TooLarge`] if no batch of the queue could be an
+    /// array: the element count of `shape` overflows `usize`, or a batch of `capacity`
+    /// elements (what a full [`dequeue_many`](Self::dequeue_many) returns) would take more
+    /// than `isize::MAX` bytes. Checked here, where nothing is allocated, so that no later
+    /// dequeue can fail (or panic) for it.
+    pub fn new(name: impl Into<String>, capacity: usize, shape: &[usize]) -> Result<Self> {
+        let (name, capacity) = (name.into(), capacity.max(1));
+        check_batch::<A>(&name, capacity, shape)?;
+        Ok(Self {
+            name,
+            capacity,
             shape: shape.to_vec(),
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -111,15 +121,15 @@ impl<A: Element> TensorQueue<A> {
             }),
             not_full: Condvar::new(),
             not_empty: Condvar::new(),
-        }
+        })
     }
 
     /// Adds `value` at the back, waiting while the queue is full.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`]; [`Error::Queue`] with [`QueueProblem::Closed`] if the queue
-    /// is (or, while waiting, gets) closed with `cancel_pending_enqueues`, or was closed
-    /// before the call.
+    /// [`Error::Queue`] with [`QueueProblem::Shape`] unless `value` has the queue's shape;
+    /// with [`QueueProblem::Closed`] if the queue is (or, while waiting, gets) closed with
+    /// `cancel_pending_enqueues`, or was closed before the call.
     pub fn enqueue<D: Dimension>(&self, value: Array<A, D>) -> Result<()> {
         self.put(value.into_dyn(), Wait::Block)
     }
@@ -203,7 +213,7 @@ impl<A: Element> TensorQueue<A> {
     /// use mvtensor::queue::TensorQueue;
     /// use ndarray::Array1;
     ///
-    /// let q = TensorQueue::<f32>::new("samples", 8, &[2]);
+    /// let q = TensorQueue::<f32>::new("samples", 8, &[2])?;
     /// for i in 0..5 {
     ///     q.enqueue(Array1::from_elem(2, i as f32))?;
     /// }
@@ -238,7 +248,7 @@ impl<A: Element> TensorQueue<A> {
     /// use mvtensor::queue::TensorQueue;
     /// use ndarray::Array1;
     ///
-    /// let q = TensorQueue::<f32>::new("batches", 2, &[1]);
+    /// let q = TensorQueue::<f32>::new("batches", 2, &[1])?;
     /// let producer = std::thread::scope(|s| {
     ///     let producer = s.spawn(|| {
     ///         let _closes = q.close_on_panic();
@@ -249,6 +259,7 @@ impl<A: Element> TensorQueue<A> {
     ///     producer.join()
     /// });
     /// assert!(producer.is_err() && q.is_closed());
+    /// # Ok::<(), mvtensor::Error>(())
     /// ```
     pub fn close_on_panic(&self) -> CloseOnPanic<'_, A> {
         CloseOnPanic { queue: self }
@@ -291,7 +302,12 @@ impl<A: Element> TensorQueue<A> {
     }
 
     fn put(&self, value: ArrayD<A>, how: Wait) -> Result<()> {
-        check_shape(&self.name, &self.shape, value.shape())?;
+        if !same_shape(&self.shape, value.shape()) {
+            return Err(self.error(QueueProblem::Shape {
+                expected: self.shape.clone(),
+                found: value.shape().to_vec(),
+            }));
+        }
         let mut state = self.lock();
         if state.closed {
             return Err(self.error(QueueProblem::Closed));
@@ -399,6 +415,40 @@ impl<A: Element> TensorQueue<A> {
             problem,
         }
     }
+}
+
+/// Checks that a batch of up to `capacity` elements of `shape` can be an array:
+/// `Err(TooLarge)` naming queue `name` if the element count overflows `usize`, or if the
+/// batch `[capacity, ..shape]` would take more than `isize::MAX` bytes. Zero-length axes
+/// count as 1 there, as ndarray counts them (its arrays' strides must stay in `isize`
+/// however long the other axes are, even with no elements).
+fn check_batch<A>(name: &str, capacity: usize, shape: &[usize]) -> Result<()> {
+    let too_large = |why| Error::Queue {
+        queue: name.to_owned(),
+        problem: QueueProblem::TooLarge {
+            shape: shape.to_vec(),
+            capacity,
+            why,
+        },
+    };
+    if shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .is_none()
+    {
+        return Err(too_large("the element count overflows usize"));
+    }
+    let bytes = std::iter::once(capacity)
+        .chain(shape.iter().copied())
+        .filter(|&d| d != 0)
+        .try_fold(std::mem::size_of::<A>().max(1), |n, d| n.checked_mul(d));
+    if bytes.is_none_or(|bytes| bytes > isize::MAX as usize) {
+        return Err(too_large(
+            "a full batch would take more than isize::MAX bytes, counting each zero-length \
+             axis as 1",
+        ));
+    }
+    Ok(())
 }
 
 /// Closes its queue if dropped while its thread panics: [`TensorQueue::close_on_panic`].

@@ -15,7 +15,7 @@ fn problem(err: Error) -> QueueProblem {
 
 #[test]
 fn fifo_order_capacity_and_try_operations() {
-    let q = TensorQueue::<i64>::new("q", 2, &[2]);
+    let q = TensorQueue::<i64>::new("q", 2, &[2]).unwrap();
     q.try_enqueue(arr1(&[1, 1])).unwrap();
     q.enqueue(arr1(&[2, 2])).unwrap();
     assert_eq!(
@@ -27,15 +27,58 @@ fn fifo_order_capacity_and_try_operations() {
     assert_eq!(q.try_dequeue().unwrap(), arr1(&[2, 2]).into_dyn());
     assert_eq!(problem(q.try_dequeue().unwrap_err()), QueueProblem::Empty);
     let err = q.enqueue(arr1(&[1, 2, 3])).unwrap_err();
-    assert!(
-        matches!(err, Error::ShapeMismatch { ref variable, .. } if variable == "q"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        "queue `q`: an element must have shape [2], this one has shape [3] (no broadcasting)"
     );
+    assert_eq!(
+        problem(err),
+        QueueProblem::Shape {
+            expected: vec![2],
+            found: vec![3]
+        }
+    );
+    assert_eq!(q.len(), 0, "nothing enqueued");
+}
+
+/// A queue whose batches no array could hold is refused when it is made, naming the queue:
+/// an element count past `usize`, a full batch past `isize::MAX` bytes (zero-length axes
+/// count as 1, as ndarray counts them). Every error names the queue, none a "variable".
+#[test]
+fn a_queue_no_batch_of_which_could_be_an_array_is_refused_at_construction() {
+    let too_large = |err: Error| {
+        let text = err.to_string();
+        assert!(text.starts_with("queue `frames`: "), "{text}");
+        assert!(!text.contains("variable"), "{text}");
+        match problem(err) {
+            QueueProblem::TooLarge { why, .. } => why,
+            other => panic!("not TooLarge: {other}"),
+        }
+    };
+    let count = TensorQueue::<f32>::new("frames", 1, &[1 << 40, 1 << 40]).unwrap_err();
+    assert!(too_large(count).contains("element count"));
+    // 2^60 f64 elements fit in usize; a batch of two of them is 2^64 bytes.
+    let batch = TensorQueue::<f64>::new("frames", 2, &[1 << 60]).unwrap_err();
+    assert!(too_large(batch).contains("isize::MAX bytes"));
+    // 2^59 f64 a batch of one: 2^62 bytes, an array ndarray accepts (nothing is allocated).
+    TensorQueue::<f64>::new("frames", 1, &[1 << 59]).unwrap();
+    // No elements, but an axis no array may have beside others (ndarray refused its batch,
+    // which `dequeue_many` built with `expect`).
+    let empty = TensorQueue::<i32>::new("frames", 4, &[0, usize::MAX]).unwrap_err();
+    assert!(too_large(empty).contains("zero-length"));
+    // The edge: a batch of 4 x (0 as 1) x 2^59 i32 counts 2^63 bytes, one past isize::MAX;
+    // with 2^58 it is 2^62, and the queue works.
+    let edge = TensorQueue::<i32>::new("frames", 4, &[0, 1 << 59]).unwrap_err();
+    too_large(edge);
+    let fits = TensorQueue::<i32>::new("frames", 4, &[0, 1 << 58]).unwrap();
+    fits.enqueue(ndarray::ArrayD::<i32>::zeros(vec![0, 1 << 58]))
+        .unwrap();
+    assert_eq!(fits.dequeue_many(1).unwrap().shape(), &[1, 0, 1 << 58]);
 }
 
 #[test]
 fn timeouts_expire_on_a_stuck_queue() {
-    let q = TensorQueue::<f32>::new("stuck", 1, &[]);
+    let q = TensorQueue::<f32>::new("stuck", 1, &[]).unwrap();
     let d = Duration::from_millis(5);
     assert_eq!(
         problem(q.dequeue_timeout(d).unwrap_err()),
@@ -51,7 +94,7 @@ fn timeouts_expire_on_a_stuck_queue() {
 
 #[test]
 fn close_fails_enqueues_and_lets_dequeues_drain() {
-    let q = TensorQueue::<f32>::new("q", 4, &[1]);
+    let q = TensorQueue::<f32>::new("q", 4, &[1]).unwrap();
     q.enqueue(arr1(&[1.0])).unwrap();
     q.enqueue(arr1(&[2.0])).unwrap();
     q.close(false);
@@ -82,7 +125,7 @@ fn close_fails_enqueues_and_lets_dequeues_drain() {
 /// queue (it waited for an element it then did not take) and from a closed one.
 #[test]
 fn dequeue_many_of_zero_returns_an_empty_batch_at_once() {
-    let q = TensorQueue::<f32>::new("q", 2, &[3]);
+    let q = TensorQueue::<f32>::new("q", 2, &[3]).unwrap();
     assert_eq!(q.dequeue_many(0).unwrap().shape(), &[0, 3]);
     q.enqueue(arr1(&[1.0, 2.0, 3.0])).unwrap();
     assert_eq!(q.dequeue_many(0).unwrap().shape(), &[0, 3]);
@@ -94,7 +137,7 @@ fn dequeue_many_of_zero_returns_an_empty_batch_at_once() {
 #[test]
 fn close_with_cancel_fails_blocked_enqueuers_and_without_lets_them_finish() {
     for cancel in [true, false] {
-        let q = TensorQueue::<i32>::new("q", 1, &[]);
+        let q = TensorQueue::<i32>::new("q", 1, &[]).unwrap();
         q.enqueue(ndarray::arr0(1)).unwrap();
         std::thread::scope(|s| {
             let blocked = s.spawn(|| q.enqueue(ndarray::arr0(2)));
@@ -120,7 +163,7 @@ fn close_with_cancel_fails_blocked_enqueuers_and_without_lets_them_finish() {
 #[test]
 fn producers_and_consumers_hand_over_every_batch_once() {
     let (producers, batches) = if cfg!(miri) { (2, 10) } else { (4, 5000) };
-    let q = TensorQueue::<i64>::new("batches", 8, &[2, 2]);
+    let q = TensorQueue::<i64>::new("batches", 8, &[2, 2]).unwrap();
     let total: i64 = std::thread::scope(|s| {
         let consumers: Vec<_> = (0..3)
             .map(|_| {
@@ -167,7 +210,7 @@ fn producers_and_consumers_hand_over_every_batch_once() {
 fn a_dequeue_of_a_closed_queue_waits_for_the_enqueues_it_lets_finish() {
     let rounds = if cfg!(miri) { 3 } else { 200 };
     for _ in 0..rounds {
-        let q = TensorQueue::<i32>::new("q", 1, &[]);
+        let q = TensorQueue::<i32>::new("q", 1, &[]).unwrap();
         q.enqueue(ndarray::arr0(0)).unwrap(); // full
         std::thread::scope(|s| {
             let late = s.spawn(|| q.enqueue(ndarray::arr0(1)));
@@ -191,7 +234,7 @@ fn a_dequeue_of_a_closed_queue_waits_for_the_enqueues_it_lets_finish() {
 #[cfg_attr(miri, ignore = "waits on wall-clock timeouts")]
 fn an_element_wakes_a_dequeue_beside_a_waiting_dequeue_many() {
     for _ in 0..20 {
-        let q = TensorQueue::<i32>::new("q", 4, &[]);
+        let q = TensorQueue::<i32>::new("q", 4, &[]).unwrap();
         std::thread::scope(|s| {
             let many = s.spawn(|| q.dequeue_many(3));
             // 60 s: the 1,000 yields below may each give a loaded core's time slice away.
@@ -213,7 +256,7 @@ fn an_element_wakes_a_dequeue_beside_a_waiting_dequeue_many() {
 /// instead of panicking on the overflow.
 #[test]
 fn a_timeout_of_duration_max_waits_instead_of_panicking() {
-    let q = TensorQueue::<i32>::new("q", 1, &[]);
+    let q = TensorQueue::<i32>::new("q", 1, &[]).unwrap();
     q.enqueue_timeout(ndarray::arr0(3), std::time::Duration::MAX)
         .unwrap();
     let got = q.dequeue_timeout(std::time::Duration::MAX).unwrap();
@@ -225,7 +268,7 @@ fn a_timeout_of_duration_max_waits_instead_of_panicking() {
 /// and empty; `n` above the capacity is refused at once.
 #[test]
 fn dequeue_up_to_returns_the_last_smaller_batch_of_a_closed_queue() {
-    let q = TensorQueue::<i32>::new("q", 2, &[]);
+    let q = TensorQueue::<i32>::new("q", 2, &[]).unwrap();
     assert_eq!(
         problem(q.dequeue_up_to(3).unwrap_err()),
         QueueProblem::TooMany
@@ -252,7 +295,7 @@ fn dequeue_up_to_returns_the_last_smaller_batch_of_a_closed_queue() {
         QueueProblem::Closed
     );
     // `dequeue_many` leaves a smaller rest in place for `dequeue_up_to`.
-    let q = TensorQueue::<i32>::new("q", 4, &[]);
+    let q = TensorQueue::<i32>::new("q", 4, &[]).unwrap();
     q.enqueue(ndarray::arr0(5)).unwrap();
     q.close(false);
     assert_eq!(
@@ -267,7 +310,7 @@ fn dequeue_up_to_returns_the_last_smaller_batch_of_a_closed_queue() {
 #[test]
 #[cfg_attr(miri, ignore = "waits on wall-clock timeouts")]
 fn timed_batch_dequeues_expire_and_take_nothing() {
-    let q = TensorQueue::<f32>::new("q", 4, &[2]);
+    let q = TensorQueue::<f32>::new("q", 4, &[2]).unwrap();
     q.enqueue(arr1(&[1.0, 2.0])).unwrap();
     let wait = Duration::from_millis(20);
     assert_eq!(
@@ -289,7 +332,7 @@ fn timed_batch_dequeues_expire_and_take_nothing() {
 #[test]
 fn a_batch_stacks_elements_of_any_layout_in_order() {
     use ndarray::ShapeBuilder;
-    let q = TensorQueue::<i32>::new("q", 2, &[2, 3]);
+    let q = TensorQueue::<i32>::new("q", 2, &[2, 3]).unwrap();
     let column_major = Array2::from_shape_vec((2, 3).f(), (0..6).collect()).unwrap();
     q.enqueue(column_major.clone()).unwrap();
     q.enqueue(Array2::from_elem((2, 3), 9)).unwrap();
@@ -309,7 +352,7 @@ fn a_batch_stacks_elements_of_any_layout_in_order() {
 /// ever. Dropped without a panic, the guard leaves the queue open.
 #[test]
 fn a_panicking_producer_closes_the_queue_with_its_guard() {
-    let q = TensorQueue::<i32>::new("q", 2, &[]);
+    let q = TensorQueue::<i32>::new("q", 2, &[]).unwrap();
     drop(q.close_on_panic());
     assert!(!q.is_closed(), "no panic, no close");
     let (drained, producer) = std::thread::scope(|s| {
