@@ -30,6 +30,13 @@
 //! * **A bad file is an error, never a panic**: truncated, malformed header, offsets out of
 //!   range, an unknown dtype, or a tensor that does not fit the store's variable: each is
 //!   [`Error::Checkpoint`] naming the file and the problem, and nothing is applied.
+//! * **A file cannot make the reader allocate more than it justifies**: every size in its
+//!   header is checked against what the file holds and against a memory budget before
+//!   anything is allocated (16 times the file's length plus 256 MiB by default;
+//!   [`Restore::memory_budget`] sets it, [`Store::load_with`] takes it for a load).
+//! * **Only the tensors used are typed**: a lenient restore ignores an extra tensor of a
+//!   dtype mvtensor has no element type for (`BOOL`, `U8`, `F8_*`); a load, which makes every
+//!   tensor a variable, refuses it, naming the tensor and the dtype.
 //!
 //! ```
 //! use mvtensor::{checkpoint::Restore, Store};
