@@ -1,4 +1,4 @@
-//! Workload 8 in the report: checkpoints while training, its table and its goal (issue 12).
+//! Workload 8 in the report: checkpoints while training, its table and its goal.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -48,8 +48,8 @@ impl Report<'_> {
              them all, clones, unlocks and writes the clones. Every file is checked (no torn \
              tensor). Step latency of the trainers, without and with the checkpointer: \
              each cell merges {CHECKPOINT_ROUNDS} rounds of {:.1} s, every variant without \
-             and with in turn (which goes first alternates); the last column is what issue \
-             12 bounds (≤ 1.05x for mvtensor).\n",
+             and with in turn (which goes first alternates); the last column is what the \
+             goal bounds (≤ 1.05x for mvtensor).\n",
             TENSORS.len(),
             INTERVAL.as_millis(),
             self.plan.checkpoint.as_secs_f64() / f64::from(CHECKPOINT_ROUNDS)
@@ -87,7 +87,7 @@ impl Report<'_> {
         let lock = self.checkpoint(CheckpointVariant::Mutex);
         let growth = mv.p99_growth();
         Goal {
-            name: "Checkpoints while training (issue 12)".into(),
+            name: "Checkpoints while training".into(),
             target: "trainers' p99 step latency grows ≤ 5% with a checkpoint every 100 ms".into(),
             measured: format!(
                 "mvtensor {growth:.2}x, the mutex {:.2}x (p99 with ÷ without)",
@@ -96,22 +96,12 @@ impl Report<'_> {
             met: growth <= 1.05,
             why: format!(
                 "{growth:.2}x instead of at most 1.05x (the mutex: {:.2}x). With {} trainers and \
-                 the checkpointer on {} cores, the p99 of a step is a scheduler time slice for \
-                 every variant ({} for mvtensor, {} for the mutex, without checkpoints): a \
-                 step that loses its core waits for one. mvtensor's trainers never wait for a \
-                 checkpoint (the snapshot takes one version per tensor and the file is written \
-                 from those versions), but a save keeps a core busy ({} on average for {} MiB) \
-                 that the trainers would otherwise share. The likely difference: mvtensor's \
-                 trainers never block, so during a save five threads want the two cores; the mutex's checkpointer spends \
-                 about as long, but its trainers sleep while it holds every lock to clone, and \
-                 a sleeping thread does not lengthen the others' waits. A save also holds one \
-                 version of each tensor, so mvtensor's writers allocate fresh buffers meanwhile \
-                 (measured: about twice as many as without checkpoints), but pools that kept \
-                 one or two more spares (25-60% fewer fresh buffers) did not move the p99 \
-                 (2026-11-26). Each cell is {:.1} s in {CHECKPOINT_ROUNDS} alternated rounds: \
-                 with one run per cell this goal read met (1.00x) in some reports and missed \
-                 in others; alternated, it has read 1.25x and 1.35x. A machine with a core to \
-                 spare for the checkpointer is what the target assumes.",
+                 the checkpointer on {} cores, a step's p99 is a scheduler time slice for every \
+                 variant ({} for mvtensor, {} for the mutex, without checkpoints). mvtensor's \
+                 trainers never wait for a save, but the save keeps a core busy ({} on average \
+                 for {} MiB) that the unblocked trainers then share, where the mutex's trainers \
+                 sleep while its checkpointer clones. The target assumes a core to spare for \
+                 the checkpointer.",
                 lock.p99_growth(),
                 TRAINERS,
                 self.env.cores,
@@ -119,7 +109,6 @@ impl Report<'_> {
                 latency(CheckpointCells::p(&lock.without, 0.99)),
                 latency(mv.mean_save().as_nanos() as u64),
                 (TENSORS.iter().sum::<usize>() * 4) >> 20,
-                self.plan.checkpoint.as_secs_f64(),
             ),
         }
     }

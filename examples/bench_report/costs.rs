@@ -1,4 +1,4 @@
-//! The "Cost per operation" section: issue 8's CPU-time table (`benches/harness/costs.rs`),
+//! The "Cost per operation" section: the CPU-time table (`benches/harness/costs.rs`),
 //! mvtensor's operations beside the same run's floor, with ratios and targets.
 
 use std::fmt::Write as _;
@@ -32,7 +32,7 @@ impl Report<'_> {
              into a warm buffer (`out = a + d`, the least a copy-on-write update streams), and \
              `Mutex<ArrayD<f32>>` updated in place with that add (std and parking_lot; the best \
              lock is the faster). Ratios are this row ÷ the reference (above 1.00x: it costs more); the \
-             targets are issue 8's, stated as cost ratios. Instruction counts of the same \
+             targets are stated as cost ratios. Instruction counts of the same \
              operations, stable on a noisy machine: `cargo bench --bench instructions`.\n",
             costs.plan.rounds
         );
@@ -67,9 +67,8 @@ impl Report<'_> {
              update here: the same two-thread setting without mvtensor. Each delta is placed \
              clear of 4K aliasing with the tensor it is added to, and the two threads' tensors \
              share no 128-byte block: the L2's spatial prefetcher fetches a line's 128-byte \
-             buddy with it, so two 1K tensors allocated back to back passed a line between the \
-             two threads on every update (measured: 1.15-1.6x one thread's CPU; earlier reports \
-             printed 1.7-1.85x here).\n",
+             buddy with it, so two 1K tensors allocated back to back would pass a line between \
+             the two threads on every update.\n",
             ratio(machine)
         );
     }

@@ -68,8 +68,6 @@ impl Report<'_> {
             .iter()
             .min_by(|a, b| ratio(a).total_cmp(&ratio(b)))
             .expect("latency cells");
-        let first = &cells[0];
-        let last = &cells[cells.len() - 1];
         Goal {
             name: "Read p99 under writes (1M f32)".into(),
             target: "≥ 100x lower than the best lock".into(),
@@ -84,15 +82,11 @@ impl Report<'_> {
             met: cells.iter().all(|c| ratio(c) >= 100.0),
             why: format!(
                 "short by {:.0}x at worst ({}: mvtensor p99 {} against {} {}). A read is \
-                 `read()` plus a sum over 1M f32, and mvtensor's median read took {} there, \
-                 nearly all of it the sum: even a p99 equal to that median would be only {:.1}x \
-                 below the best lock's p99. The goal needs the locks' tail to be 100 sums long, \
-                 and it is not: an in-place update of 1M f32 holds the lock for ~{} (1-thread \
-                 write-heavy). mvtensor's own p99 grows from {} ({}) to {} ({}): with more \
-                 threads than cores its readers lose their core mid-sum like everyone's, and \
-                 its writers' copies compete with them for the two cores and the cache. (One \
-                 p99 from two half-second rounds is noisy: rerun with `--scale 5` before \
-                 reading much into a 2x difference.)",
+                 `read()` plus a sum over 1M f32, nearly all of it the sum (mvtensor's median \
+                 read: {}), so even a p99 equal to that median would be only {:.1}x below the \
+                 best lock's. The goal needs the locks' tail to be 100 sums long, and an \
+                 in-place update of 1M f32 holds a lock for only ~{}. With more threads than \
+                 cores, every variant's readers lose their core mid-sum.",
                 100.0 / ratio(worst),
                 worst.label,
                 latency(worst.mv99),
@@ -101,10 +95,6 @@ impl Report<'_> {
                 latency(worst.mv50),
                 worst.lock99 as f64 / worst.mv50 as f64,
                 latency(self.alone_ns(Dense::WriteHeavy, BIG, Variant::StdMutex)),
-                latency(first.mv99),
-                first.label,
-                latency(last.mv99),
-                last.label,
             ),
         }
     }
@@ -179,13 +169,10 @@ impl Report<'_> {
             met: lock_met == cells.len() && arc_met == cells.len(),
             why: format!(
                 "worst {:.2}x the best lock ({} at {} threads, {}) and {:.2}x arc-swap ({} at \
-                 {} threads). A read sums the whole snapshot, as a reader of parameters does: \
-                 one operation alone took {}. Next to such a sum an RwLock's read lock (one \
-                 atomic add on a shared line) is small, its readers run in parallel like \
-                 mvtensor's, and with 1% writes it is rarely write-locked, so the best RwLock \
-                 keeps close; a wait-free read can only win what the lock costs, which is \
-                 nowhere near half of a read here. arc-swap's `load` costs about what an epoch \
-                 pin does, so the two trade places within noise.",
+                 {} threads). A read sums the whole snapshot (one read alone: {}), next to \
+                 which an RwLock's read lock is small; its readers run in parallel too, and \
+                 with 1% writes it is rarely write-locked. A wait-free read can only win what \
+                 the lock costs, and arc-swap's `load` costs about what an epoch pin does.",
                 worst_lock.vs_lock,
                 size_label(worst_lock.n),
                 worst_lock.t,
@@ -231,32 +218,25 @@ impl Report<'_> {
             ),
             met: short.is_empty(),
             why: format!(
-                "{}. With one thread, where nothing overlaps, an mvtensor update of 1M f32 took \
-                 {} against {} in place ({}), {:.1}x: every write reads the old tensor and \
-                 writes a new one (copy-on-write; into a pooled buffer, the one the previous \
-                 pass read from when no reader holds it), one more 4 MiB stream \
-                 than the lock's add in place. At 4 threads combining merged {} \
-                 deltas per pass, so a pass read {} tensors and wrote one instead of 3 per \
-                 update, and the writers waiting for a pass compute chunks of it (helping, \
-                 `docs/design.md` §8), so that a pass streams on both cores; yet the passes \
-                 moved only {:.1} GB/s against {:.1} GB/s for `c = a + b` on both cores: a \
-                 batch of k deltas from k threads is a (k + 2) x 4 MiB working set, larger than \
-                 the cache that holds the lock's.",
+                "{}. Every write reads the old tensor and writes a new one (copy-on-write), \
+                 one more 4 MiB stream than the lock's add in place: with one thread an update \
+                 took {} against {} ({}), {:.1}x. At 4 threads combining merged {} deltas per \
+                 pass and the waiting writers help compute it, but a batch of k deltas is a \
+                 (k + 2) x 4 MiB working set that outgrows the cache: the passes moved {:.1} \
+                 GB/s against {:.1} GB/s for `c = a + b` on both cores.",
                 short.join(", "),
                 latency(mv1),
                 latency(lock1),
                 lock1v.name(),
                 mv1 as f64 / lock1 as f64,
                 batch.map_or("-".into(), |b| format!("{b:.2}")),
-                batch.map_or("-".into(), |b| format!("{:.1}", b + 1.0)),
                 batch.map_or(0.0, |b| mv / b * (b + 2.0) * (BIG * 4) as f64 / 1e9),
                 self.r.bandwidth[&(BIG, 2)],
             ),
         }
     }
 
-    /// Write-heavy at 2, 4 and 8 threads (issue 8): 1K at least 0.9x the best lock, 64K at
-    /// least 1.0x (the first report asked 1K at 8 threads for 1.0x).
+    /// Write-heavy at 2, 4 and 8 threads: 1K at least 0.9x the best lock, 64K at least 1.0x.
     fn goal_write_small(&self) -> Goal {
         let (small, mid) = (1 << 10, 1 << 16);
         let ratios = |n: usize| {
@@ -290,7 +270,7 @@ impl Report<'_> {
         };
         Goal {
             name: "Write-heavy, 1K and 64K f32, 2-8 threads".into(),
-            target: "1K ≥ 0.9x and 64K ≥ 1.0x the best lock at 2, 4 and 8 threads (issue 8)".into(),
+            target: "1K ≥ 0.9x and 64K ≥ 1.0x the best lock at 2, 4 and 8 threads".into(),
             measured: format!(
                 "1K at 2/4/8 threads: {}x; 64K: {}x",
                 r1k.joined(),
@@ -300,13 +280,12 @@ impl Report<'_> {
             why: [
                 (!r1k.all_at_least(0.9)).then(|| {
                     format!(
-                        "1K: {} at worst. The loss is there with one thread already: {} per \
-                         update against {} for the best lock, {:.1}x. The lock's update is the \
-                         add itself; mvtensor adds a combining handshake, a pooled version, a \
-                         head CAS and its share of a batched epoch retirement per pass (\"Cost \
-                         per operation\" breaks it down). At 8 threads combining merged {} \
-                         deltas per pass, not enough to pay for that, while an unfair lock lets \
-                         the running thread take it again without a context switch.",
+                        "1K: {} at worst. With one thread an update already took {} against \
+                         {} for the best lock ({:.1}x): the lock's update is the add itself, \
+                         where mvtensor adds a combining handshake, a pooled version, a head CAS \
+                         and a share of a batched epoch retirement (\"Cost per operation\"). \
+                         At 8 threads combining merged {} deltas per pass, too few to pay for \
+                         that.",
                         worst(&r1k, small),
                         latency(mv1),
                         latency(lock1),
@@ -316,15 +295,11 @@ impl Report<'_> {
                 }),
                 (!r64k.all_at_least(1.0)).then(|| {
                     format!(
-                        "64K: {} at worst. One thread: {} per update against {} in place, \
-                         {:.1}x: copy-on-write streams one more 256 KiB tensor than the add in \
-                         place (the out-of-place add alone costs about 1.5x the in-place one, \
-                         \"Cost per operation\"). At 4 threads combining merged {} deltas per \
-                         pass, which saves a pass per merged delta but not the extra stream, and \
-                         a 64K writer that waits yields a few times and then parks: its wake-up \
-                         is on the path of the pass that served it. What would close it: passes \
-                         that merge more deltas than the cores let writers overlap, or an \
-                         in-place write, which a published version cannot take.",
+                        "64K: {} at worst. With one thread an update took {} against {} in \
+                         place ({:.1}x): copy-on-write streams one more 256 KiB tensor than the \
+                         add in place. Combining ({} deltas per pass at 4 threads) saves passes \
+                         but not that stream, and a waiting 64K writer parks, so its wake-up is \
+                         on the path of the pass that served it.",
                         worst(&r64k, mid),
                         latency(mv64),
                         latency(lock64),
@@ -340,7 +315,7 @@ impl Report<'_> {
         }
     }
 
-    /// The tiny critical section (counter), issue 9: at least 0.35x the best lock at one
+    /// The tiny critical section (counter): at least 0.35x the best lock at one
     /// thread and 0.5x at 2, 4 and 8; the transfer at least 0.25x everywhere.
     fn goal_section(&self) -> Goal {
         let goal = |t: usize| if t == 1 { 0.35 } else { 0.5 };
@@ -382,19 +357,14 @@ impl Report<'_> {
             met: counter.iter().all(|r| r.1 >= goal(r.0)) && transfer.iter().all(|r| r.1 >= 0.25),
             why: format!(
                 "Counter: {:.3}x at worst against its goal ({} threads, against {}). With one \
-                 thread an execution took {} against {} for the best lock, whose body is one \
-                 add. An execution writes its working copy in place and allocates nothing, and a \
-                 lone one skips the batch bookkeeping, but it still pays, in about 1,450 \
-                 instructions (callgrind): the re-entrancy mark, the batch flag and its release, \
-                 a ticket per resource, an epoch pin, a pooled working copy, the install of a \
-                 new version and the retirement of the old one through the epoch (limbo). A \
-                 version per commit is the design's floor: the lock-free `fetch_add`, which pays \
-                 only that, costs ~600 instructions (its time and ratio: the cost table; counts: docs/instructions.md), so the 1-thread goal \
-                 (an execution within the best lock's time ÷ 0.35) is out of reach while every commit publishes a version. Executions that arrive together \
-                 run back to back on one thread and commit once (a batch); waiters spin while \
-                 cores are free (one here), the others park: at 8 threads an execution took {} ({:.1}x its one-thread cost). (The lock-free \
-                 `fetch_update` counter does {} increments/s at 8 threads, {:.1}x the \
-                 section.)",
+                 thread an execution took {} against {} for the lock's one add: an execution \
+                 allocates nothing, but it takes a ticket, pins the epoch, fills a pooled \
+                 working copy, installs a new version and retires the old one. A version per \
+                 commit is the design's floor (the lock-free `fetch_add`, which pays only \
+                 that, is in the cost table), so the goal is out of reach while every commit \
+                 publishes one. Batches keep an execution at 8 threads at {} ({:.1}x its \
+                 one-thread cost); the lock-free `fetch_update` counter does {} increments/s \
+                 there, {:.1}x the section.",
                 worst.1,
                 worst.0,
                 worst.2.name(),

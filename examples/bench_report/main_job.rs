@@ -1,5 +1,5 @@
 //! The README's main job (`harness::main_job`, as `examples/contention.rs` runs it by
-//! default) in the report: its rounds, and its goal (issue 8).
+//! default) in the report: its rounds, and its goal.
 
 use crate::format::rate;
 use crate::goals::Goal;
@@ -57,7 +57,7 @@ impl Report<'_> {
                 JOB.writers,
                 JOB.readers
             ),
-            target: "mvtensor's updates/s ≥ 0.9x the mutex's (issue 8)".into(),
+            target: "mvtensor's updates/s ≥ 0.9x the mutex's".into(),
             measured: format!(
                 "{ratio:.2}x (median of {} alternated rounds, {low:.2}-{high:.2}x; that round {} vs \
                  {} updates/s); reads/s {reads:.2}x the mutex's",
@@ -68,15 +68,11 @@ impl Report<'_> {
             met: ratio >= 0.9,
             why: format!(
                 "{ratio:.2}x instead of 0.9x. {} mvtensor's readers never wait, so they keep their \
-                 share of the cores while the writers run ({reads:.2}x the mutex's reads), where a \
-                 mutex's readers sleep whenever a writer holds it and leave the cores to its \
-                 writers (perf, 2 cores, 2026-11-28: the readers' sums, clock reads and histograms \
-                 took ~60% of mvtensor's samples, its writers' adds ~24%; few context switches \
-                 either way). The goal counts the writers alone, and readers that never wait take \
-                 what a lock would give its writers. The writers' own loss is the write-heavy one \
-                 at 64K (the goal above): each update streams one more 256 KiB tensor than the add \
-                 in place, and combining merged {} deltas per pass in the last round. \
-                 `--readers 0` compares the writers alone: the write-heavy table's 64K rows.",
+                 share of the cores ({reads:.2}x the mutex's reads), where a mutex's readers sleep \
+                 while a writer holds it and leave the cores to its writers; the goal counts the \
+                 writers alone. The writers' own loss is the write-heavy one at 64K (combining \
+                 merged {} deltas per pass in the last round); `--readers 0` compares the writers \
+                 alone.",
                 if threads > cores {
                     format!("{threads} threads share {cores} cores:")
                 } else {

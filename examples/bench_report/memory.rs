@@ -1,5 +1,5 @@
 //! The memory measurements: workload 6, one child process of this program per variant and
-//! size; and issue 8's trainer pattern, in this process (it counts one fresh variable's
+//! size; and the trainer pattern, in this process (it counts one fresh variable's
 //! versions, which no other workload touches).
 
 use std::process::{Command, ExitCode};
@@ -106,7 +106,7 @@ pub(crate) fn memory_child(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Issue 8's trainer pattern: `threads` threads each hold `read()` of a 1K weight vector
+/// The trainer pattern: `threads` threads each hold `read()` of a 1K weight vector
 /// while they compute a gradient from it, then add the gradient, `steps` in all (as
 /// `tests/trainer_memory.rs` runs it). Returns the median and the largest count of live
 /// versions seen after a step, the warm-up (the first quarter of each thread's steps) left
@@ -148,7 +148,7 @@ pub(crate) fn trainer_pattern_live(threads: usize, steps: usize) -> (usize, usiz
 }
 
 impl Report<'_> {
-    /// Memory (issue 8): at most 3 live versions per variable with no snapshot held, at most
+    /// Memory: at most 3 live versions per variable with no snapshot held, at most
     /// 8 in the trainer pattern, at most 2.5 resident copies in write-heavy 1M.
     pub(crate) fn goal_memory(&self) -> Goal {
         let tensor = (BIG * 4) as f64;
@@ -188,7 +188,7 @@ impl Report<'_> {
             target: format!(
                 "with no snapshot held ≤ 3 live versions per variable; the trainer pattern \
                  ({MEMORY_THREADS} threads holding `read()` across a step, {TRAINER_PATTERN_STEPS} \
-                 steps, 1K) ≤ 8; resident memory at 1M ≤ 2.5 copies (issue 8)"
+                 steps, 1K) ≤ 8; resident memory at 1M ≤ 2.5 copies"
             ),
             measured: format!(
                 "live versions (median / max): {}; the trainer pattern {trainer_p50} / \
@@ -203,24 +203,15 @@ impl Report<'_> {
             ),
             met: short.is_empty(),
             why: format!(
-                "{}. Live versions are every version the variable has allocated: the \
-                 current one, pooled spares, and retired ones waiting for a grace period. \
-                 Retired versions wait in batches (64 KiB or 32 versions) for a tick of \
-                 their thread's grace clock, one crossbeam-epoch deferred call in flight at \
-                 a time, and come home through the thread that retired them, so \
-                 a small, very frequently written variable keeps about three batches per \
-                 writing thread in flight or pooled ({}). The trainer pattern is the same \
-                 {MEMORY_THREADS} writers' batches: its `read()`s hold only the versions they show (held \
-                 snapshots, `docs/design.md` §6), so its {trainer_max} at the most are \
-                 batches, not snapshots; reaching ≤ 8 would take retiring each version on \
-                 its own, a crossbeam `defer` per write with its share of flushes (~43 ns a \
-                 write in issue 8's profile of the first write path), which batches \
-                 amortise. In resident memory at 1M: {:.1} \
-                 copies in steady state, against {:.1} for the locks and {:.1} for arc-swap, \
-                 whose writers each build a new tensor: {} live versions (the steady median, \
-                 pool included) and ~{:.1} copies' worth of freed buffers the allocator keeps \
-                 resident (glibc's per-thread arenas; `MALLOC_MMAP_THRESHOLD_=65536`, which \
-                 hands every freed 4 MiB buffer back to the OS, removes them).",
+                "{}. Live versions count every version the variable has allocated: the \
+                 current one, pooled spares and retired ones waiting for a grace period. \
+                 Retired versions wait in batches for a tick of their thread's grace clock, so \
+                 a small, frequently written variable keeps about three batches per writing \
+                 thread in flight or pooled ({}); the trainer pattern's {trainer_max} are those \
+                 batches too, since its `read()`s hold only the versions they show. At 1M, \
+                 {:.1} resident copies against {:.1} for the locks and {:.1} for arc-swap: {} \
+                 live versions and ~{:.1} copies of freed buffers the allocator keeps resident \
+                 (`MALLOC_MMAP_THRESHOLD_=65536` hands them back to the OS).",
                 short.join("; "),
                 worst_live.map_or("-".into(), |(n, _, max)| format!(
                     "up to {max} at {}, {} in all",

@@ -1,4 +1,4 @@
-//! Workload 7 in the report: Adam over a small model, its table and its goal (issue 9).
+//! Workload 7 in the report: Adam over a small model, its table and its goal.
 
 use std::fmt::Write;
 
@@ -36,8 +36,7 @@ impl Report<'_> {
              `build_packed`, its state after its tensors: 1 variable, what a trainer should use); each step is one `execute`. The mutexes \
              guard plain arrays and update them in place, on slices with the bias \
              corrections once per step, in AVX2 where the processor has it, as mvtensor's \
-             optimizer does (the fastest loop we found: ndarray's `Zip` over `IxDyn` views \
-             cost 1.4x as much, and the same loop in SSE2 1.7x). The parameters are checked bit for bit \
+             optimizer does. The parameters are checked bit for bit \
              against a serial replay of the same number of steps. Steps/s; in brackets each \
              ÷ mvtensor's packed optimizer. Last column: mvtensor's packed optimizer ÷ the \
              best mutex.\n",
@@ -81,7 +80,7 @@ impl Report<'_> {
         let worst = by.worst;
         let ns = |x: f64| (1e9 / x) as u64;
         Goal {
-            name: "Adam step over a small model (issue 9)".into(),
+            name: "Adam step over a small model".into(),
             target: "≥ 0.8x the best mutex, 1-4 threads".into(),
             measured: format!(
                 "packed, at 1/2/4 threads: {}x (as four variables: {}x)",
@@ -90,42 +89,15 @@ impl Report<'_> {
             ),
             met: by.all_at_least(0.8),
             why: format!(
-                "{:.2}x at worst ({} threads). One thread: a step of the crate's optimizer over \
-                 the packed set took {} against {} under the best mutex (as four variables: \
-                 {}; the hand-written section over 13 variables: {}). The arithmetic is the \
-                 same loop on both sides, in AVX2 where the processor has it (Adam's divisions \
-                 and square roots eight at a time), and the optimizer computes each working \
-                 copy from the value it replaces in that same pass (`Txn::rewrite`: no copy \
-                 first). On top of it a step is one execution (a ticket, an epoch pin, the \
-                 batch flag) that takes one pooled version (the set, with Adam's state after \
-                 its tensors: both moments and the step count, `build_packed`), installs it, \
-                 commits it and retires the one it replaced (about ten atomic \
-                 read-modify-writes: pool take and return, the head's CAS, the retirement), \
-                 and collects and checks the four gradients, where the mutex pays two atomics \
-                 a step (callgrind, AMD EPYC: ~7.1k instructions a packed step, of which the \
-                 Adam pass is ~3.7k, against ~4.5k for the mutex's, of which its loop is \
-                 ~2.8k; ~8.3k with the state in a variable of its own, ~11.4k as four \
-                 variables, ~19.1k by hand over 13). The wider loop made that fixed cost the larger part \
-                 of a step: with both loops in SSE2 (the build's baseline) the packed step, \
-                 its state then in a variable of its own, measured 0.75x the mutex's (1,640 \
-                 against 1,220 ns, interleaved), where a hand-written loop gets SSE2 from a \
-                 default build. What is left at one thread is that fixed cost, ~3.2k \
-                 instructions a step against the mutex's ~1.7k (callgrind): collecting and \
-                 checking the four gradients ~0.9k, the execution and the version's \
-                 install, commit and retirement ~1.1k, the rewrite, the bias corrections \
-                 and the shape checks inside the step ~1.2k; none is large alone. (Both \
-                 sides compute the bias corrections as the optimizer does since 2026-11-27, \
-                 stopping where `powi` went on squaring into subnormal numbers: ~60 ns less \
-                 a step for each at step 10^6, so the ratio fell, 0.72x to 0.67x in CPU time.) \
-                 With more threads than cores a section serves callers in arrival order \
-                 (its contract), so most steps are run by another thread's batch; callers \
-                 spin while cores are free (one at a time here) and the others park, so \
-                 such a step ends with waking its caller, where a mutex lets the unlocking \
-                 thread take the lock straight back (barging) while the others sleep \
-                 (`perf stat`, 4 threads, 400k steps, state apart, before callers spun: 1.4 \
-                 context switches a step against 0.02-0.08 under std's Mutex). With cores \
-                 to spare the waiters spin and nobody is woken: on 16 cores the packed \
-                 step made 0.93-0.98x the best mutex at 4 threads and 0.78-0.86x at 8-16 \
+                "{:.2}x at worst ({} threads). One thread: a packed step took {} against {} under \
+                 the best mutex (as four variables: {}; by hand over 13 variables: {}). The Adam \
+                 loop is the same on both sides; what mvtensor adds is fixed per step: one \
+                 execution (a ticket, an epoch pin, the batch flag), a pooled version installed, \
+                 committed and retired, and collecting and checking the gradients, where the \
+                 mutex pays two atomics (instruction counts: docs/instructions.md). With more \
+                 threads than cores a section serves callers in arrival order, so a step often \
+                 ends by waking its caller, where a mutex lets the unlocking thread take the lock \
+                 straight back; with cores to spare the waiters spin instead \
                  (docs/benchmarks-16-cores).",
                 worst.1,
                 worst.0,

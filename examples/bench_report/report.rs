@@ -178,11 +178,11 @@ const METHOD: &str = r#"
   transfers keep the total and add up.
 * The locks update in place, on the guarded array's slices with the add in AVX2 where the
   processor has it (`benches/harness/wide.rs`, as mvtensor's own loops: `src/kernel/wide.rs`):
-  the best case for them. (ndarray's `*guard += delta` in a default `x86_64` build is an SSE2
-  loop behind shape checks: 142 ns a 1K update against ~60 here, AMD EPYC.) arc-swap builds
+  the best case for them (ndarray's `*guard += delta` in a default `x86_64` build is an SSE2
+  loop behind shape checks). arc-swap builds
   `current + delta` in one pass (its best "clone, then add") and retries on a lost
   `compare_and_swap`. mvtensor is `Variable::new` with default settings; every pass runs on
-  the thread that combines it (no rayon pool: see `docs/design.md`, §9, "Who waits for whom").
+  the thread that combines it (no rayon pool: see `docs/design.md`, "Who waits for whom").
 * Ratios compare medians from the same run. The machine is shared, and short runs are
   noisy: a ratio within ~10% of 1.00x is a tie.
 * Memory runs in one fresh process per variant so that one variant's freed memory cannot

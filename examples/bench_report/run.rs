@@ -37,15 +37,10 @@ pub(crate) struct Plan {
     /// The checkpoint workload's time per cell (each variant without and with the
     /// checkpointer), in `CHECKPOINT_ROUNDS` rounds.
     pub(crate) checkpoint: Duration,
-    /// Steps of one run of the wine trainer: 15,000 (~0.2-0.4 s a run). Runs of 3,000
-    /// (~0.1 s) left the start (threads, pools, caches) and the machine's spells deciding:
-    /// on a quiet machine, 7 alternated runs of 3,000 steps read 0.99/1.01/0.93x the best
-    /// lock at 1/2/4 threads and runs of 20,000 steps 1.01/1.03/0.99x (2026-11-27), while
-    /// a report under load read 0.86/0.87/0.97x.
+    /// Steps of one run of the wine trainer: long enough that the start (threads, pools,
+    /// caches) and short spells of machine noise do not decide a cell.
     pub(crate) train_steps: usize,
-    /// Runs of each wine-trainer cell (three left one noisy run deciding the median;
-    /// alternated runs of mvtensor and the lock alone took the same CPU time while a
-    /// 3-round report read 0.84x).
+    /// Runs of each wine-trainer cell: enough that one noisy run does not decide the median.
     pub(crate) train_rounds: usize,
     /// One run of one embedding cell (workload 10); `rounds` runs per cell.
     pub(crate) embedding: Duration,
@@ -85,7 +80,7 @@ pub(crate) const BIG: usize = 1 << 20;
 /// Threads of the memory measurement (workload 2 at the goal's thread count).
 pub(crate) const MEMORY_THREADS: usize = 4;
 
-/// Steps of issue 8's trainer pattern, all threads together (the issue's count).
+/// Steps of the trainer pattern, all threads together (as `tests/trainer_memory.rs`).
 pub(crate) const TRAINER_PATTERN_STEPS: usize = 100_000;
 
 /// One read-latency configuration's figures, in `Variant::ALL` order.

@@ -1,5 +1,5 @@
 //! Workload 9 in the report: the wine-quality trainer against the same trainer on locks,
-//! its table and its goal (issue 13).
+//! its table and its goal.
 
 use std::fmt::Write;
 
@@ -56,11 +56,9 @@ impl Report<'_> {
              same {} steps from the same start; a step reads the parameters, computes the loss and \
              gradients and applies Adam. mvtensor: the four tensors packed in one variable \
              (`optim::Packed`, one snapshot a step) and `optim::Optimizer` (one execution per \
-             step). Batches are drawn in the stepping thread, and there is no loss metric or \
-             checkpointer: `examples/train.rs` adds a producer feeding batches through a \
-             `TensorQueue`, a shared `metrics::Mean` and periodic checkpoints, which no lock \
-             variant has, so they are left out of every variant here (checkpoints' cost is \
-             workload 8's). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
+             step). Batches are drawn in the stepping thread; the queue, metric and checkpoints \
+             that `examples/train.rs` adds are left out, since no lock variant has them \
+             (checkpoints' cost is workload 8's). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
              TensorFlow's notes recommend), a parking_lot `Mutex` locked to copy and to apply, a \
              parking_lot `RwLock` read-locked for the forward and backward pass and write-locked \
              for Adam; *racy*: no lock at all (parameters and moments in relaxed atomic cells, \
@@ -143,7 +141,7 @@ impl Report<'_> {
         let one = self.train(1, TrainVariant::Mvtensor).steps_per_s;
         let (lock, l) = self.best_train_lock(1);
         Goal {
-            name: "A trainer on real data (issue 13)".into(),
+            name: "A trainer on real data".into(),
             target: "≥ 1.0x the best lock's steps/s and time to a target loss ≤ the fastest \
                      lock's, 1-4 threads"
                 .into(),
@@ -168,27 +166,14 @@ impl Report<'_> {
                         <= self.fastest_lock_to_target(t).1
                 }),
             why: format!(
-                "{:.2}x at worst ({} threads). With one thread, where no lock is ever contended, \
-                 a step took {:.1} µs against {:.1} µs ({}): the model is small (417 \
-                 parameters), so a step is mostly the forward and backward pass (70% of it \
-                 in `tanh`, by perf), and what mvtensor adds per step is fixed: a snapshot \
-                 of the packed parameters, one execution (its ticket, one working copy of the \
-                 parameters with the optimizer's state after them, moments and step count, \
-                 its commit and the retirement of the version it replaced), where the lock \
-                 copies the 417 parameters or nothing. Counted, mvtensor's step is not the \
-                 larger: ~183k instructions against ~187k for the parking_lot mutex's copy \
-                 and apply (callgrind, one thread, the difference of runs of 4,000 and \
-                 8,000 steps, 2026-11-28). With more threads than cores (2 here) every \
-                 variant is bound by the cores; mvtensor's readers never wait, but its steps \
-                 are serialised by the optimizer's section like the locks' updates. \
-                 Alternated runs of mvtensor and that mutex alone (5-10 rounds of 20,000-40,000 \
-                 steps, medians) read 1.01x, 1.00x and 1.00x at 1, 2 and 4 threads, and a \
-                 batch minutes earlier 0.93x and 0.86x at 2 and 4: the cells move with this \
-                 machine's spells by more than the goal's margin, and the goal compares \
-                 mvtensor's median with the best of three locks' medians, which noise alone \
-                 puts above an equal variant's. What would settle it: a quiet machine, or \
-                 the section costs of issue 9 (a cheaper execution, commit and retirement \
-                 per version) for a margin.",
+                "{:.2}x at worst ({} threads). With one thread a step took {:.1} µs against \
+                 {:.1} µs ({}): the model is small, so a step is mostly the forward and backward \
+                 pass, and mvtensor adds a fixed cost (a snapshot of the packed parameters and \
+                 one execution) where a lock copies the parameters or nothing. With more \
+                 threads than cores every variant is bound by the cores, and the optimizer's \
+                 section serialises steps as the locks do. The cells move with machine noise by \
+                 more than the goal's margin: rerun with `--scale 5` on a quiet machine before \
+                 reading a few percent.",
                 worst.1,
                 worst.0,
                 1e6 / one,
