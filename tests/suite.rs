@@ -27,6 +27,7 @@ mod packed_state;
 mod paged;
 mod paged_section;
 mod paged_store;
+mod pipeline;
 mod promises;
 mod queue;
 mod queued_updates;
