@@ -24,8 +24,7 @@ pub(crate) struct Announcements<T> {
     /// stay valid until their owner is told its outcome, which only a flag holder does.
     pending: AtomicPtr<T>,
     /// On a line of its own: waiters look at it while they spin, and with `pending` beside
-    /// it every look took the line from the holder between its `take`s and its stores
-    /// (measured: 1K-element updates from 2 threads at ~990 ns of CPU each, ~730 apart).
+    /// it every look would take the line from the holder between its `take`s and its stores.
     busy: CachePadded<AtomicBool>,
 }
 

@@ -32,16 +32,13 @@ const ALONE: u64 = 1;
 const APPLIED: u64 = 2;
 /// Waiters may park only for deltas at least this large. A pass over a small tensor takes
 /// about a microsecond, less than waking a parked thread, so there waiters spin and yield
-/// instead (measured: parking cut 1K-element updates at 8 threads from 1.58 M to 1.14 M per
-/// second). Under loom, deltas of more than one 4-byte element park, so that the models
+/// instead. Under loom, deltas of more than one 4-byte element park, so that the models
 /// check both ways of waiting.
 const PARK_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 64 * 1024 };
 /// From this size waiters park after a short spin; below it they yield a few times first. A
 /// pass over 256 KiB takes a few microseconds, about what a park and wake-up cost the holder
-/// and the waiter (measured, 64K f32 from 2/4/8 threads, wall per write, median of 3, same
-/// run: 10.9/10.9/9.8 us parking at once, 9.2/10.9/9.7 yielding first: a gain with as many
-/// writers as cores, none with more); over 4 MiB, waiters that yield take the cores the pass
-/// needs (157 us a write at 8 threads parking at once, 172 yielding first; even at 1 MiB).
+/// and the waiter, so yielding first gains a little with as many writers as cores; from
+/// 1 MiB, waiters that yield take the cores the pass needs.
 const PARK_AT_ONCE_BYTES: usize = if cfg!(mvtensor_loom) { 5 } else { 1024 * 1024 };
 
 /// The per-variable combining state: announced deltas and the combiner flag. The `'static`
@@ -120,8 +117,8 @@ impl<A: Copy, P: Publish<A>> Serve<Delta<'static, A>> for Pass<'_, P> {
     fn serve(&self, batch: &mut [&mut Delta<'static, A>], waiters: &Waiters<'_>) -> u64 {
         let wake = || waiters.wake();
         let published = match batch {
-            // Alone (every uncontended write): no copy of the delta (~150 instructions of a
-            // 1K write's ~1,100 on top of its add).
+            // Alone (every uncontended write): no copy of the delta, a noticeable part of a
+            // small write's cost beside its add.
             [one] => self
                 .publish
                 .publish(std::slice::from_ref(&**one), self.helpers, &wake),

@@ -35,7 +35,7 @@ fn typed<D: Dimension>(shape: &[usize]) -> D {
 pub(crate) fn view<A, D: Dimension>(data: &ArrayD<A>) -> ArrayView<'_, A, D> {
     // Versions are in standard layout: the typed shape over the same elements. (ndarray's
     // `view().into_dimensionality()` clones the dynamic shape and strides and converts
-    // both: ~170 instructions, five times an untyped read.)
+    // both, which costs several times an untyped read.)
     let dim = typed::<D>(data.shape());
     if let Some(elements) = data.as_slice() {
         // SAFETY: `elements` is `data` in standard layout (`as_slice` checked it), so `dim`
@@ -53,8 +53,8 @@ pub(crate) fn view<A, D: Dimension>(data: &ArrayD<A>) -> ArrayView<'_, A, D> {
 /// (`invert_axis`, `swap_axes`, `collapse_axis`, `slice_collapse`): on a view they change the
 /// view, never the working copy, which stays in standard layout with its variable's shape, as
 /// every version must (the kernel and readers take it as a slice). Showing an `IxDyn` working
-/// copy itself saved building the view (~100 instructions, 7% of a tiny execution on a 0-d
-/// `IxDyn` variable, by callgrind) but let safe code publish a version in another layout or
+/// copy itself would save building the view (a small part of a tiny execution) but let safe
+/// code publish a version in another layout or
 /// shape (`tests/txn.rs::layout_methods_on_a_working_copy_change_only_the_view`).
 pub(crate) struct ShownMut<'a, A, D: Dimension>(ArrayViewMut<'a, A, D>);
 

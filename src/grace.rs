@@ -3,11 +3,11 @@
 //!
 //! crossbeam-epoch says when every thread pinned at some moment has unpinned by running a
 //! function deferred at that moment. Handing it one function per batch of retirements, each
-//! with the `flush` that makes it timely, cost ~170 ns a batch on one thread and ~850 ns
-//! with two threads doing it (measured here): a flush moves the thread's whole bag of
-//! deferred functions onto crossbeam's global queue (a 2 KiB node allocated by one thread
-//! and freed by whichever collects it, so the two threads' allocator arenas took each other's
-//! locks). That was most of what a second thread writing its own small variable cost.
+//! with the `flush` that makes it timely, is costly, and more so with two threads doing it:
+//! a flush moves the thread's whole bag of deferred functions onto crossbeam's global queue
+//! (a 2 KiB node allocated by one thread and freed by whichever collects it, so the threads'
+//! allocator arenas take each other's locks). It would be most of what a second thread
+//! writing its own small variable costs.
 //!
 //! So each thread keeps a [`Clock`]: a count of *ticks* it deferred and the highest number of
 //! one that ran. A tick is a deferred function that only raises `done` to its number; a

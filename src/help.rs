@@ -1,8 +1,7 @@
 //! Helping: the writers waiting for a large combining pass compute part of it.
 //!
 //! A pass over a large tensor is a stream through memory, and one core streams at about
-//! half of what two do (`c = a + b` over 4 MiB: 29 against 59 GB/s on an Intel Xeon, 63
-//! against 150 on an AMD EPYC, measured). Meanwhile the writers whose deltas it applies have
+//! half of what two do. Meanwhile the writers whose deltas it applies have
 //! nothing to do but wait. So the holder of the combiner flag cuts a large pass into
 //! chunks and publishes it as a [`Job`]; every waiter that may park looks for one before
 //! it yields or parks ([`Helpers::help`]) and claims chunks until none is left, and the
@@ -53,7 +52,8 @@ pub(crate) const HELP_BYTES: usize = if cfg!(mvtensor_loom) {
 } else {
     1024 * 1024
 };
-/// Bytes of the tensor in one chunk: ~5-10 us of work. Under loom, one element; under miri,
+/// Bytes of the tensor in one chunk: enough work that claiming it costs little beside
+/// computing it, few enough that a pass has several. Under loom, one element; under miri,
 /// eight bytes.
 pub(crate) const CHUNK_BYTES: usize = if cfg!(mvtensor_loom) {
     4

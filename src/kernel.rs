@@ -9,10 +9,10 @@
 //!
 //! A combining pass over a large tensor is split into chunks that the writers waiting for it
 //! help compute ([`apply_helped`], [`help`](crate::help)); otherwise the pass runs on the
-//! calling thread only. It used to split large tensors across rayon's global pool, which
-//! deadlocked when the pool's own threads were writers waiting for the pass (the pass waited
-//! for the pool, the pool for the pass): whatever runs a pass must never wait for a thread
-//! that may be waiting for it (`docs/design.md`, §9, "Who waits for whom"). Helpers are
+//! calling thread only. Not rayon's global pool: it deadlocks when the pool's own threads
+//! are writers waiting for the pass (the pass waits for the pool, the pool for the pass):
+//! whatever runs a pass must never wait for a thread that may be waiting for it
+//! (`docs/design.md`, "Who waits for whom"). Helpers are
 //! threads that were waiting anyway, and the holder waits for them only while they compute
 //! a chunk.
 
@@ -78,13 +78,12 @@ impl<'a, A> Delta<'a, A> {
 
 /// The elements of `x` in standard order: borrowed when it is laid out so, else copied.
 /// Gradients often are not (`x.t().dot(&dh)` comes out column-major), so the copy is
-/// ndarray's strided `assign` (measured on an 11 x 32 column-major gradient: ~2.2k
-/// instructions against ~11k for collecting an element iterator).
+/// ndarray's strided `assign`, several times cheaper than collecting an element iterator.
 #[inline]
 pub(crate) fn standard_elements<A: Clone, E: Dimension>(x: &ArrayRef<A, E>) -> Cow<'_, [A]> {
     // One axis (most deltas and gradients): in order when its stride is 1 or it holds at most
-    // one element. ndarray's own check walks an `IxDyn` shape generically (~85 instructions
-    // a call, measured with callgrind).
+    // one element. ndarray's own check walks an `IxDyn` shape generically, which costs
+    // many times this one-axis look.
     if let ([len], [stride]) = (x.shape(), x.strides()) {
         if *stride == 1 || *len <= 1 {
             // SAFETY: one axis of `len` elements starting at `as_ptr()`, one apart (or at
@@ -165,7 +164,7 @@ pub(crate) fn apply_helped<A: Element>(
     wake: &dyn Fn(),
 ) {
     // A dense delta holds every element: its size is the tensor's, without the product over
-    // an `IxDyn` shape that `out.len()` takes (~40 instructions of a 1K write's ~2,540).
+    // an `IxDyn` shape that `out.len()` takes.
     let large = deltas
         .first()
         .is_some_and(|d| d.is_dense() && std::mem::size_of_val(d.data) >= HELP_BYTES);

@@ -12,8 +12,8 @@
 //! its oldest sealed batch), after a large write ([`reclaim_now`]) or when it finds a pool
 //! dry ([`collect`]). So versions go back to their pools from the thread that retired them,
 //! usually the one that writes them next, rather than from whichever thread crossbeam
-//! collects on (measured before: two threads writing two variables each released the other's
-//! versions, a cache line moved per version and per pool push). Whichever thread runs a
+//! collects on (two threads writing two variables would each release the other's versions,
+//! a cache line moved per version and per pool push). Whichever thread runs a
 //! deferred call, a reader's pin included, frees no memory, takes no lock and runs no
 //! destructor of ours: a tick stores a number. (crossbeam's own bookkeeping, a node per
 //! flushed bag, is its own.) A thread that exits hands its batches to one deferred call,
@@ -48,8 +48,7 @@ pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 /// alternates between two buffers and never needs a second spare. With several writers one
 /// of them is often pinned when another's write returns, so the version it replaced comes
 /// back a write or two later: a second spare saves allocating (and faulting in) a fresh
-/// buffer then and freeing one afterwards (measured, 64K f32 from 8 threads: 24,609 fresh
-/// buffers in 312,500 writes with one spare, 7,915 with two, 11.8 -> 10.0 us a write). Small
+/// buffer then and freeing one afterwards, which cuts such allocations to a third. Small
 /// ones come back a batch at a time, about three batches after they were retired (the one
 /// filling, one sealed, one waiting for its second epoch advance): the pool keeps that many,
 /// so that a steady writer allocates nothing. (Large variables keep one more while several
@@ -370,9 +369,9 @@ const RECLAIM_FLUSHES: usize = 2;
 /// epoch, at most [`RECLAIM_FLUSHES`] times), so that its versions are back in their pool
 /// before the write returns.
 ///
-/// Left to later writes, a lone writer of a 4 MiB variable cycled through three buffers, and
-/// three buffers plus a delta spill out of cache (measured on 2 cores: 250-400 us a pass
-/// instead of 170 us). Small versions are left to the next seal: for them these pins would
+/// Left to later writes, a lone writer of a large variable would cycle through three
+/// buffers, and three buffers plus a delta spill out of cache, slowing each pass by half or
+/// more. Small versions are left to the next seal: for them these pins would
 /// cost more than they save.
 ///
 /// Returns whether it did (the caller then trims the pool it wrote to: see

@@ -47,8 +47,8 @@ impl<T> Shard<T> {
 }
 
 /// The shard this thread records into, drawn once per thread: consecutive threads get
-/// consecutive shards. (Drawn from the variables' ids until 2026-11-27, which variables
-/// created between two threads' first records skipped: two trainers could share a shard.)
+/// consecutive shards. (Not from the variables' ids, which variables created between two
+/// threads' first records would skip: two trainers could share a shard.)
 fn my_shard() -> usize {
     thread_local! {
         static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };

@@ -346,8 +346,8 @@ impl<A: Element> TensorQueue<A> {
         shape.extend_from_slice(&self.shape);
         let mut flat = Vec::with_capacity(shape.iter().product());
         for item in &items {
-            // Slices, not an element iterator: a batch of 256 frames of 4 x 84 x 84 took
-            // 2.6x as long element by element (a user's review, 2026-11-27).
+            // Slices, not an element iterator: copying a large batch element by element
+            // takes several times as long.
             flat.extend_from_slice(&standard_elements(item));
         }
         Ok(ArrayD::from_shape_vec(IxDyn(&shape), flat).expect("elements of the queue's shape"))

@@ -9,8 +9,8 @@
 //! Only store snapshots move the clock: a snapshot *ticks* it (`S = clock++`) and shows the
 //! writes whose timestamp is `<= S`. A commit only *reads* it, so a write of one variable
 //! writes no shared cache line but its own head and record, and timestamps are equal for the
-//! commits made between two snapshots. (Every commit ticked the clock before: two threads
-//! writing two different variables then fought over its cache line on every write.)
+//! commits made between two snapshots. (If every commit ticked the clock, two threads
+//! writing two different variables would fight over its cache line on every write.)
 //!
 //! A writer preempted between installing and committing must not stall a snapshot, and the
 //! snapshot must not count the write as "not yet" on one variable and "already" on another.
@@ -83,9 +83,9 @@ pub(crate) struct SharedRecords {
 
 /// Records a section keeps at most (~8 KiB). A small version waits about three limbo batches
 /// (64 KiB or 32 versions each) and a grace tick before it is released, so a batch's record
-/// comes back tens of batches later (measured, two 1 KiB variables on one thread: with 64
-/// kept, 28% of batches still allocated; with 256, none). Beyond this many in flight
-/// (long-held snapshots), batches allocate.
+/// comes back tens of batches later: the section keeps enough for every batch in flight
+/// of a few small variables. Beyond this many in flight (long-held snapshots), batches
+/// allocate.
 const KEPT_RECORDS: usize = 256;
 
 impl SharedRecords {

@@ -11,17 +11,16 @@
 //! **Waiting.** A caller that expects a short wait ([`Wait::Spin`]) spins and yields; one
 //! that expects a long one ([`Wait::Park`]) spins briefly and then parks until the holder
 //! that serves it (or makes it the next holder) unparks it. With more waiters than cores,
-//! waiters that spin or yield take the cores the holder needs (a 4 MiB combining pass took
-//! 1.7 ms instead of 0.2 ms); but waking a parked thread costs more than a pass over a small
+//! waiters that spin or yield take the cores the holder needs (a large combining pass slows
+//! several times over); but waking a parked thread costs more than a pass over a small
 //! tensor; [`Wait::YieldThenPark`] sits between the two. Every caller of one [`Server`]
 //! is submitted the same way (a variable's deltas all have its size; a section's executions
 //! all wait as [`Wait::SpinIfCoresFree`]). That one spins while fewer callers spin than
 //! there are cores beside the holder's ([`Spinning`]), else yields, then parks: with cores
-//! to spare a spinning waiter costs nobody anything, and the holder wakes nobody (measured
-//! on 16 cores, Adam steps in a section from 4/8/16 threads, two runs: 0.63-0.66/0.45-0.49/
-//! 0.48-0.50x a mutex's steps/s yielding, then parking; 0.93-0.98/0.85-0.86/0.78-0.80x
-//! spinning while cores are free). Combining writers of mid-sized deltas do not: two
-//! writers of 64K f32 that spun made 0.48x a mutex's updates/s against 0.80x yielding.
+//! to spare a spinning waiter costs nobody anything, and the holder wakes nobody, which
+//! matters most for a section's short executions (an optimizer's steps). Combining writers
+//! of mid-sized deltas do not spin: their passes are long enough that spinning waiters take
+//! more from the holder than a yield costs them.
 //!
 //! **Nobody is stranded.** A parked caller is never woken by a timer, so some flag holder
 //! must see every announced request:
@@ -58,8 +57,8 @@ const WAITING: u64 = 0;
 /// Spins before a parking caller parks (or starts yielding).
 const SPINS: u32 = 64;
 /// A spinning caller looks at the flag once every this many turns. Each look takes the
-/// flag's line from a holder that writes it; looking every turn cost 1K-element updates from
-/// 2 threads ~20% of their CPU (measured: ~730 ns each against ~620). Under loom, every turn.
+/// flag's line from a holder that writes it, so looking every turn slows the holder's small
+/// passes noticeably. Under loom, every turn.
 const SPIN_LOOKS: u32 = if cfg!(mvtensor_loom) { 1 } else { 4 };
 /// Yields of a [`Wait::YieldThenPark`] caller before it parks.
 const YIELDS: u32 = if cfg!(mvtensor_loom) { 1 } else { 32 };
@@ -239,8 +238,8 @@ impl<P> Server<P> {
             WAITING
         } else if (wait == Wait::Spin || !cfg!(mvtensor_loom)) && self.requests.looks_empty() {
             // Alone: serve our own request as a batch of one, with none of a batch's
-            // bookkeeping (nobody else's request to take, finish or wake): 10-15 ns of a 1K
-            // write's ~175, ~20% of a tiny execution. Requests that arrive meanwhile are
+            // bookkeeping (nobody else's request to take, finish or wake), a sizeable part of
+            // a small write or a tiny execution. Requests that arrive meanwhile are
             // served by the passes below, as in a batch. (Under loom only spinning callers
             // take it: with it, the section models never explored two executions in one
             // batch, even at preemption bound 3; the combining models cover this path.)

@@ -191,8 +191,7 @@ impl<A: Element> Version<A> {
     pub(crate) unsafe fn release_with(mut ptr: *const Version<A>, held: Option<&Held>) {
         // A loop down the `prev` links, not a recursion: while a store snapshot is in
         // progress a steady writer links every version it makes, and releasing such a chain
-        // one call deep per version overflowed a thread's stack (the CI of 2026-11-27, at a
-        // loaded moment, in `tests/snapshots.rs`).
+        // one call deep per version could overflow a thread's stack.
         loop {
             // SAFETY: the caller's count (or, down the chain, the link's) keeps the version
             // alive until the decrement.

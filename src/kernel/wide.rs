@@ -1,11 +1,10 @@
 //! The element loops in AVX2, chosen at run time.
 //!
 //! A build for plain `x86_64` vectorizes the loops with SSE2, four `f32` at a time. Most
-//! processors a trainer runs on have AVX2 (eight), and a write of a tensor that sits in L1 or
-//! L2 is bound by those instructions, not by memory: `out = a + d` over 1K `f32` took 114 ns
-//! in SSE2 and 64 in AVX2 (AMD EPYC, Zen 4; 64K in L2: 7.5 us either way, bound by the
-//! cache). So each loop is compiled twice, and the processor's answer (which std caches:
-//! one load a call) picks one.
+//! processors a trainer runs on have AVX2 (eight), and a write of a tensor that sits in L1 is
+//! bound by those instructions, not by memory (AVX2 nearly halves it; in L2 and beyond the
+//! cache bounds both). So each loop is compiled twice, and the processor's answer (which std
+//! caches: one load a call) picks one.
 //!
 //! Only the width changes. No FMA: a fused multiply-add rounds once, so a scaled add would
 //! differ in its last bit from the SSE2 loop's and from the same arithmetic written with

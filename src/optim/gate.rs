@@ -1,8 +1,8 @@
 //! [`Gate`]: the barrier of [`Replicas`](super::Replicas), which can be broken.
 //!
-//! `std::sync::Barrier` waits for ever: a worker that panicked or returned before the others
-//! left them waiting, and a trainer's `thread::scope` then never ended, its panic never
-//! printed (a new user's review). A broken gate lets every waiter go with an error instead.
+//! `std::sync::Barrier` waits for ever: a worker that panics or returns before the others
+//! leaves them waiting, and a trainer's `thread::scope` then never ends, its panic never
+//! printed. A broken gate lets every waiter go with an error instead.
 
 use std::sync::{Condvar, Mutex};
 

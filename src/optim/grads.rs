@@ -70,8 +70,8 @@ impl<A: Element, E: Dimension> Gradient<A> for &ArrayRef<A, E> {
     }
 }
 
-/// One parameter's gradient alone, as the 1-tuple `(g,)` (a user's review: `step(&g)` did
-/// not compile, and the 1-tuple was not where anyone looks).
+/// One parameter's gradient alone, as the 1-tuple `(g,)`: so that `step(&g)` compiles
+/// without the caller having to think of a 1-tuple.
 impl<A: Element, S: Data<Elem = A>, E: Dimension> Gradients<A> for &ArrayBase<S, E> {
     fn collect(&self) -> Collected<'_, A> {
         smallvec::smallvec![self.parts()]

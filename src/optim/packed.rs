@@ -2,11 +2,9 @@
 //! version for all of them.
 //!
 //! Every variable an execution writes costs a version: a pooled buffer taken, installed,
-//! committed and retired (~1,000 instructions, measured with callgrind), whatever its size.
-//! A small model's parameters are several small tensors that every step writes together,
-//! so an optimizer over them pays that per tensor (Adam over four tensors of 1,024 floats in
-//! all, one thread, AMD EPYC, loops in AVX2: ~1.4 µs a step as four variables, ~1.1 µs
-//! packed, the same step under a mutex ~0.7 µs; `docs/benchmarks.md`, workload 7).
+//! committed and retired, whatever its size. A small model's parameters are several small
+//! tensors that every step writes together, so an optimizer over them pays that per tensor
+//! (`docs/benchmarks.md`, workload 7, compares the two with a mutex).
 //! Packed, they are one `Variable<A, Ix1>`; a [`Layout`] says where each tensor lies, and
 //! views of a snapshot or of a gradient buffer show each one with its own shape. Readers
 //! still see one step or the next, never a mix: it is one version.
@@ -180,8 +178,8 @@ impl Layout {
         if self.stored == self.elements {
             return Ok(());
         }
-        // Said as what it is: a shape mismatch of [elements] against [stored] named a shape
-        // the user never saw (a user's review).
+        // Said as what it is: a shape mismatch of [elements] against [stored] would name a
+        // shape the user never saw.
         Err(Error::InvalidSetting {
             owner: format!("packed set `{}`", self.name),
             setting: "optimizer",

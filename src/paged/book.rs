@@ -193,10 +193,9 @@ impl<A: Element> Ledger<A> {
     /// before it); then trims the spares.
     ///
     /// Not only the oldest: reused oldest first only, a table held for the length of a save
-    /// (an owned snapshot's, a checkpoint's) kept every page, node and root that every write
-    /// made meanwhile replaced: 36 MiB of pages over a 24 MiB table after 200 ms, and writes
-    /// ~10x slower for the allocations (100,000 x 64 f32, 32 rows a write). Now a held table
-    /// keeps its own pages and nothing else.
+    /// (an owned snapshot's, a checkpoint's) would keep every page, node and root that every
+    /// write made meanwhile replaced, and writes would slow down for the allocations. So a
+    /// held table keeps its own pages and nothing else.
     ///
     /// A piece of the reused table `j` is used by versions `k..=j` (made by write `k`,
     /// replaced by write `j + 1`). The kept table before it, `i < j`, reaches it exactly
@@ -213,8 +212,8 @@ impl<A: Element> Ledger<A> {
             // the table's pages then happen-before we reuse them (`loom_paged_reuse`). A
             // table whose count went to zero after `release_links` looked still has its link
             // (and is on `linked`): it waits for the next reclaim, which gives the link up
-            // first (reused with it, the link's count of an older table leaked, and `linked`
-            // kept a table it no longer owned: an independent review, `loom_paged_behind`).
+            // first (reused with it, the link's count of an older table would leak, and
+            // `linked` keep a table it no longer owns: `loom_paged_behind`).
             // Relaxed: only we set links.
             if kept.refs.load(Ordering::Acquire) != 0
                 || !kept.prev.load(Ordering::Relaxed).is_null()

@@ -17,8 +17,7 @@ const TYPICAL_PAGES_PER_WRITE: usize = 32;
 const LEVEL_BYTES: usize = 24 * 1024;
 
 /// Pages aim at this many bytes by default: a sparse write copies whole pages, so small ones
-/// copy little (measured, 100k rows of 64 f32, 32 random rows a write: one row per page is
-/// ~15% cheaper than four, eight rows cost ~30% more).
+/// copy little (for rows of 64 f32, one row a page).
 const DEFAULT_PAGE_BYTES: usize = 256;
 
 /// Pages whose paths are walked together ([`PagedTable::walk_group`]): a typical sparse

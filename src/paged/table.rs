@@ -209,9 +209,9 @@ impl<A: Element> PagedTable<A> {
         let out = data.spare_capacity_mut().as_mut_ptr().cast::<A>();
         // [`GROUP`] rows at a time, each group walked a level at a time for all its rows
         // before any row is copied, so that the group's loads at one level (and then its
-        // rows' copies) wait for memory together. Row by row, each row waited for its node
-        // and then its page before the next row began: on a 25 MiB table with scattered
-        // rows (cache misses), a 32-row gather took 1.4-1.8x as long.
+        // rows' copies) wait for memory together. Row by row, each row would wait for its
+        // node and then its page before the next row began, which on a table out of cache
+        // costs most of a gather.
         for (g, group) in indices.chunks(GROUP).enumerate() {
             let at = out.wrapping_add(g * GROUP * width);
             for (i, &start) in self.row_starts(group)[..group.len()].iter().enumerate() {
@@ -275,7 +275,7 @@ impl<A: Element> PagedTable<A> {
         assert_eq!(data.len(), n * width, "rows times width elements");
         if let [_, columns] = self.layout.shape[..] {
             // Rows of a matrix (an embedding table's): ndarray builds a 2-d array's strides
-            // without a loop over axes, ~200 instructions fewer than the general case below.
+            // without a loop over axes, cheaper than the general case below.
             return Array2::from_shape_vec((n, columns), data)
                 .expect("rows times width elements")
                 .into_dyn();
@@ -300,9 +300,8 @@ pub(crate) fn prefetch(at: *const u8, lines: usize) {
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(i * CACHE_LINE).cast());
             }
         };
-        // Four at a time: a loop of one prefetch a turn cost ~5 instructions a line; unrolled,
-        // a 32-row gather of 4-line rows runs ~220 fewer and a 32-row write (its nodes and
-        // pages) ~550 fewer (callgrind, 4,016 -> 3,798 and 12,140 -> 11,587).
+        // Four at a time: a loop of one prefetch a turn costs a few instructions a line in
+        // loop control, which unrolling saves on every gather and write.
         let mut i = 0;
         while i + 4 <= lines {
             line(i);

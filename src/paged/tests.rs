@@ -176,7 +176,8 @@ mod chain {
         drop(held);
         // Until the epoch has let the last table go: other unit tests run beside this one,
         // and one descheduled while pinned holds the epoch back for as long as it is off its
-        // core (64 rounds, ~1 ms, were once the limit here). A leak never gets there.
+        // core, so the test waits for the table, not a fixed number of rounds. A leak never
+        // gets there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while std::time::Instant::now() < deadline {
             settle();
@@ -203,8 +204,8 @@ mod chain {
 
     /// Section commits during one store snapshot (no tick between them) keep one link, as
     /// plain writes do: `settle` moves the head's link past the tables committed at its own
-    /// timestamp. (Keeping the link to the table before made a chain of every commit, which
-    /// each commit's cut then walked: found by an independent review, 2,000 links here.)
+    /// timestamp. (Keeping the link to the table before would make a chain of every commit,
+    /// which each commit's cut then walks.)
     #[test]
     fn section_commits_during_one_snapshot_keep_one_link() {
         let _serial = serial();

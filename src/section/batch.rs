@@ -3,9 +3,9 @@
 //!
 //! With strict first-come-first-served tickets, every execution hands the resources to the
 //! next waiter, which must be running to take them. With more threads than cores it often is
-//! not, and each hand-off waited for the scheduler: a tiny execution took ~4 us at 4 threads
-//! on 2 cores instead of ~0.4 us alone. (Parking the waiters far from the front made it
-//! worse: 8 threads went from 170 k to 30 k executions/s, every hand-off now a wake-up.)
+//! not, and each hand-off waits for the scheduler, which costs a tiny execution many times
+//! its own work. (Parking the waiters far from the front makes it worse: every hand-off is
+//! then a wake-up.)
 //!
 //! So an execution announces itself as a [`Job`] and races for the section's flag, as dense
 //! deltas do in [`combine`](crate::combine), through the same protocol

@@ -327,9 +327,8 @@ impl CriticalSection {
         let inner = &*self.inner;
         // An execution pins to load its variables and to commit, so with more executing
         // threads than cores the descheduled ones hold reclamation back, as compare-and-swap
-        // writers do: four threads each running its own section on its own counter kept
-        // 20-100 thousand versions of each (`tests/cas_memory.rs`; measured when the whole
-        // execution was pinned). Before this thread is marked inside: a thread inside an
+        // writers do, and without a bound their variables grow without end
+        // (`tests/cas_memory.rs`). Before this thread is marked inside: a thread inside an
         // execution does not wait for room (it holds tickets), and a nested `execute` is
         // refused just below.
         for resource in &inner.resources {

@@ -4,9 +4,8 @@
 //! reclaims. `release_links` may see it counted (so its link stays), and the reuse behind
 //! the oldest then see it uncounted: it must wait for the next reclaim, which gives the
 //! link up first. Reused with its link in place (and still on `linked`), the link's count
-//! of version 0 was never given up, so the book and its pages were never freed (an
-//! independent review of b60a030 found it; with the table's box freed instead, `linked`
-//! would have pointed at freed memory).
+//! of version 0 would never be given up, so the book and its pages would never be freed
+//! (with the table's box freed instead, `linked` would point at freed memory).
 
 use loom::thread;
 use ndarray::Array2;

@@ -36,14 +36,14 @@ impl<A: Element> Inner<A> {
     /// Reclamation waits for every thread pinned now to unpin, and a compare-and-swap writer
     /// is pinned for nearly all of its write: with more writers than cores, the ones the OS
     /// has descheduled are pinned, and the epoch moves only as fast as they get the core
-    /// back. Four threads running `fetch_add` on one counter on 2 cores had allocated
-    /// 6.8 million versions (1.6 GB) after 3 s (a user's review, 2026-11-27). A waiting
-    /// writer is not pinned, so it holds nothing back, and its core goes to the pinned ones.
-    /// A thread that is pinned already (a guard of crossbeam-epoch's the caller holds; no
-    /// snapshot pins) does not wait: its own pin would hold back what it waits for. Nor does a thread inside an execution or an
+    /// back, while the running writers keep allocating: without a bound a variable grows
+    /// without end (`tests/cas_memory.rs`). A waiting writer is not pinned, so it holds
+    /// nothing back, and its core goes to the pinned ones. A thread that is pinned already (a
+    /// guard of crossbeam-epoch's the caller holds; no snapshot pins) does not wait: its own
+    /// pin would hold back what it waits for. Nor does a thread inside an execution or an
     /// `update` closure (neither is pinned): it may hold tickets, and the callers queued
-    /// behind would wait with it. Combined writes
-    /// do not need this: their waiters are not pinned, and one pass at a time allocates.
+    /// behind would wait with it. Combined writes do not need this: their waiters are not
+    /// pinned, and one pass at a time allocates.
     #[inline]
     pub(crate) fn make_room(&self) {
         if self.home.counters.live() >= self.room {
@@ -98,15 +98,13 @@ impl<A: Element> Variable<A> {
     /// and the head is loaded again under a new pin to publish (if it moved, `make` runs
     /// again on the newer version). Returns the new version number.
     ///
-    /// A pin held across `make` (the tensor's pass, ~100 us for 1M f32) held back every
-    /// version any thread retired meanwhile, and with more writers than cores the OS
-    /// deschedules writers mid-write: 4 threads adding to ten tensors of 1-4 MiB on 2 cores
-    /// allocated a fresh buffer (and faulted its pages in) on ~15% of their writes. An
-    /// `update` closure is the caller's code and may take as long as it likes: one running
-    /// 20 ms closures on a 16-element variable cut two other threads' `fetch_add` on an
-    /// unrelated counter from 5.6 M/s to 0.36 M/s on 2 cores, with 16,481 versions of that
-    /// counter alive (`tests/long_closures.rs`). A count holds back only the version it counts,
-    /// which the write replaces anyway.
+    /// A pin held across `make` (a large tensor's pass) would hold back every version any
+    /// thread retires meanwhile, and with more writers than cores the OS deschedules writers
+    /// mid-write, so others would allocate fresh buffers (and fault their pages in). An
+    /// `update` closure is the caller's code and may take as long as it likes: pinned, it
+    /// would hold back every other variable's versions for as long as it runs
+    /// (`tests/long_closures.rs`). A count holds back only the version it counts, which the
+    /// write replaces anyway.
     ///
     /// A queued variable's (a critical section's) writer takes the variable's ticket first,
     /// waiting unpinned, and keeps it until the version is published: the closure of a

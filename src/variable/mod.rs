@@ -79,8 +79,8 @@ pub(crate) struct Inner<A: Element> {
     /// The creation shape, enforced on every write unless `dynamic_shape`.
     shape: Vec<usize>,
     /// Bytes of a version of the creation shape, and the spares its pool keeps
-    /// ([`limbo::spares`]): worked out once, because the division in `spares` took ~2% of a
-    /// 1K write's CPU on every write (perf, AMD EPYC).
+    /// ([`limbo::spares`]): worked out once, so that small writes do not pay the division in
+    /// `spares` every time.
     bytes: usize,
     spares: usize,
     /// Versions past which a compare-and-swap writer waits for one to come back
@@ -94,8 +94,7 @@ pub(crate) struct Inner<A: Element> {
     /// dynamic shape; `None` if a dynamic shape may change rank.
     pub(crate) rank: Option<usize>,
     /// On a line of its own: every write swaps it, and beside the fields every writer and
-    /// reader only reads (shape, name, pool) each swap took those from the other cores
-    /// (1K deltas from 8 threads, CPU a write: 766 -> 701 ns, median of 3).
+    /// reader only reads (shape, name, pool) each swap would take those from the other cores.
     pub(crate) head: CachePadded<Head<A>>,
     /// Counters and buffer pool, shared with every version.
     pub(crate) home: Arc<Home<A>>,
@@ -341,8 +340,8 @@ impl<A: Element> Inner<A> {
 
     /// A version to build the next value in: a pooled one, or a new one, shaped like `like`
     /// (its values are whatever they were: every writer overwrites them all).
-    // Inlined into both write loops (plain and counted), as when it had one caller: ~35
-    // instructions a `fetch_add` (callgrind).
+    // Inlined into both write loops (plain and counted): out of line it costs a scalar
+    // `fetch_add` a call's worth of instructions.
     #[inline(always)]
     pub(crate) fn building(&self, like: &ArrayD<A>, taker: Taker) -> Building<A> {
         let bytes = like.len() * std::mem::size_of::<A>();

@@ -3,8 +3,8 @@
 //!
 //! Row deltas are combined with concurrent writes of the same variable, dense or sparse, and
 //! applied in arrival order. A variable is still one dense version here, so a row update
-//! copies the whole tensor, as any write does; paged variables, whose row updates copy only
-//! the pages they touch, are the next step (issue 11).
+//! copies the whole tensor, as any write does; paged variables
+//! ([`PagedVariable`](crate::PagedVariable)) copy only the pages they touch.
 
 use ndarray::{Array, ArrayRef, Axis, Dimension, RemoveAxis};
 
@@ -85,8 +85,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
         };
         if indices.is_empty() && !running::inside() {
             // No row: checked as any write, and no version. (An empty batch, at the end of
-            // an epoch or after filtering, copied the whole tensor and made a version that
-            // a background checkpointer then saved as a change: a user's review.) Inside an
+            // an epoch or after filtering, would otherwise copy the whole tensor and make a
+            // version that a background checkpointer saves as a change.) Inside an
             // execution or an update closure it goes the usual way, which may refuse it.
             let now = self.read();
             delta.check(self.name(), now.shape())?;

@@ -90,8 +90,8 @@ impl<A: Element, D: Dimension> Variable<A, D> {
     /// value and publishing, `f` runs again on the newer value. Keep it free of side effects.
     /// To add a delta, use [`assign_add`](Self::assign_add) or
     /// [`scaled_add`](Self::scaled_add) instead: concurrent ones are combined into one pass,
-    /// where concurrent updates redo theirs (4 threads on a 1K f32 variable: ~1.4 us of CPU
-    /// a write against ~0.3 us, a user's benchmark, 2026-11-27).
+    /// where concurrent updates redo theirs, several times the CPU per write under
+    /// contention.
     ///
     /// `f` may take as long as it likes: it runs unpinned (the version it reads is kept by a
     /// count), so it holds back no other version's reuse, by any thread. (On a variable a
@@ -260,8 +260,8 @@ impl<A: Element> Variable<A> {
     /// [`write`](Self::write) to a variable a critical section holds now: its ticket is
     /// waited for *before* pinning. The execution ahead may run its closure for as long as
     /// it likes, and a writer waiting pinned would hold back every version retired
-    /// meanwhile, by any thread (a plain write queued behind 20 ms executions cut another
-    /// thread's `fetch_add` on an unrelated counter from ~7 M/s to ~0.17 M/s on 2 cores).
+    /// meanwhile, by any thread, and slow every other writer that needs its versions back
+    /// (`tests/long_closures.rs`).
     /// Out of line: the free variable's path pays only the look at the head's mark. (A
     /// pinned write, for writes that run no closure of the caller's: a counted one keeps the
     /// ticket itself, `write_counted`.)
@@ -324,7 +324,8 @@ impl<A: Element> Variable<A> {
     /// `make` may run several times, on the same `Building` (what it left there from a lost
     /// attempt is still there).
     // Inlined into each caller (two call the same instance: `write_now`, and
-    // `write_queued`), as when it had one: ~45 instructions a `fetch_add` (callgrind).
+    // `write_queued`): out of line it costs a scalar `fetch_add` a call's worth of
+    // instructions.
     #[inline(always)]
     pub(super) fn write<'s, 'g>(
         &'s self,
