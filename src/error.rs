@@ -274,6 +274,16 @@ pub enum Error {
         /// The optimizer (its section's name).
         optimizer: String,
     },
+
+    /// Replicas across processes ([`distributed`](crate::distributed)) could not agree or
+    /// complete a collective step: what went wrong, seen from this rank.
+    #[error("rank {rank}: {problem}")]
+    Distributed {
+        /// The rank that reports it (this process's).
+        rank: usize,
+        /// What went wrong, naming the variables and ranks involved.
+        problem: crate::distributed::Problem,
+    },
 }
 
 fn rank_words(rank: Option<usize>) -> String {

@@ -1,19 +1,24 @@
 //! [`Replicas`]: data-parallel training with synchronous all-reduce, as TensorFlow's
 //! `MirroredStrategy`: N worker threads each compute a gradient on their own batch; per step
 //! the N gradients are summed and their mean applied once, and every worker goes on with the
-//! same parameters.
+//! same parameters. The same type spans processes too: with a transport between them
+//! (MPI ranks, [`distributed`](crate::distributed)), a process's workers combine first and
+//! the process then all-reduces once per step with the others.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
-use ndarray::{ArrayD, IxDyn, NdFloat};
+use ndarray::{ArrayD, ArrayViewD, IxDyn, NdFloat};
 
 use super::gate::Gate;
 use super::{Gradients, Optimizer};
+use crate::distributed::Transport;
 use crate::error::{Error, Result};
 use crate::read_all::read_all;
 use crate::sync::lock_std as lock;
-use crate::{Element, Variable};
+use crate::{Element, OwnedSnapshot, Variable};
+
+mod processes;
 
 /// A synchronous all-reduce over `workers` threads in front of an [`Optimizer`]. Each worker
 /// calls [`step`](Self::step) once per step with its gradients; the call adds them to the
@@ -59,11 +64,34 @@ pub struct Replicas<A: Element> {
     error: Mutex<Option<Error>>,
     /// The outcome of the last step applied: its number, or that error.
     outcome: Mutex<Result<i64>>,
+    /// Between processes: `None` for threads of this process only.
+    transport: Option<Box<dyn Transport<A>>>,
+    /// Where the transport puts a step's sums over every process.
+    reduced: Mutex<Vec<A>>,
 }
 
 impl<A: Element + NdFloat> Replicas<A> {
     /// An all-reduce over `workers` (at least one) in front of `optimizer`.
     pub fn new(optimizer: Optimizer<A>, workers: usize) -> Self {
+        Self::with(optimizer, workers, None)
+    }
+
+    /// An all-reduce over `workers` threads of this process and, through `transport`, the
+    /// workers of the other processes.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn with_transport(
+        optimizer: Optimizer<A>,
+        workers: usize,
+        transport: Box<dyn Transport<A>>,
+    ) -> Self {
+        Self::with(optimizer, workers, Some(transport))
+    }
+
+    fn with(
+        optimizer: Optimizer<A>,
+        workers: usize,
+        transport: Option<Box<dyn Transport<A>>>,
+    ) -> Self {
         let sums = optimizer
             .gradient_shapes()
             .map(|shape| Variable::new(ArrayD::<A>::zeros(IxDyn(shape))))
@@ -76,6 +104,8 @@ impl<A: Element + NdFloat> Replicas<A> {
             gate: Gate::new(workers),
             error: Mutex::new(None),
             outcome: Mutex::new(Ok(0)),
+            transport,
+            reduced: Mutex::new(Vec::new()),
         }
     }
 
@@ -273,19 +303,58 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// adds to them until every one has passed the second wait.
     fn apply(&self) {
         let sums = read_all(&self.sums[..]);
-        let outcome = match lock(&self.error).take() {
-            Some(error) => Err(error),
-            None => {
+        let error = lock(&self.error).take();
+        let shapes: Vec<IxDyn> = sums.iter().map(|s| s.raw_dim()).collect();
+        let outcome = match (&self.transport, error) {
+            (Some(transport), error) => self.apply_reduced(&**transport, sums, error),
+            (None, Some(error)) => Err(error),
+            (None, None) => {
                 let n = A::from(self.workers).expect("a worker count");
                 let means: Vec<ArrayD<A>> = sums.iter().map(|s| s.mapv(|x| x / n)).collect();
                 self.optimizer.step(&means)
             }
         };
         *lock(&self.outcome) = outcome;
-        for (sum, seen) in self.sums.iter().zip(&sums) {
+        for (sum, shape) in self.sums.iter().zip(shapes) {
             // Zeros, not minus what was read: an infinite gradient would leave NaN behind
             // (inf - inf) in every later step's sum.
-            let _ = sum.assign(ArrayD::zeros(seen.raw_dim()));
+            let _ = sum.assign(ArrayD::zeros(shape));
         }
+    }
+
+    /// [`apply`](Self::apply) across processes: every process's sums are all-reduced (even
+    /// this one's failed step takes part, so that the others do not wait for it), and every
+    /// process applies the same mean, or fails the step if any process's gradients failed.
+    fn apply_reduced(
+        &self,
+        transport: &dyn Transport<A>,
+        sums: Vec<OwnedSnapshot<A>>,
+        error: Option<Error>,
+    ) -> Result<i64> {
+        let step = self.optimizer.steps() + 1;
+        let mut out = lock(&self.reduced);
+        let failed = transport.all_reduce(step, sums, error.is_some(), &mut out)?;
+        if let Some(error) = error {
+            return Err(error);
+        }
+        if !failed.is_empty() {
+            return Err(Error::Distributed {
+                rank: transport.process(),
+                problem: crate::distributed::Problem::PeerStepFailed {
+                    step,
+                    ranks: failed,
+                },
+            });
+        }
+        let n = A::from(transport.workers()).expect("a worker count");
+        out.iter_mut().for_each(|x| *x /= n);
+        let mut rest = &out[..];
+        let mut means = Vec::with_capacity(self.sums.len());
+        for shape in self.optimizer.gradient_shapes() {
+            let (mine, after) = rest.split_at(shape.iter().product());
+            rest = after;
+            means.push(ArrayViewD::from_shape(IxDyn(shape), mine).expect("the sums' shapes"));
+        }
+        self.optimizer.step(&means)
     }
 }

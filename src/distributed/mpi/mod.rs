@@ -1,0 +1,262 @@
+//! The MPI transport: [`Cluster`] (this process's place among the ranks of an `mpirun`
+//! job) and the replicas' all-reduce over it.
+
+mod collective;
+mod comm;
+mod fused;
+mod transport;
+
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::Communicator;
+use mpi::Threading;
+
+use self::comm::{checked, Comm, Handle};
+use crate::distributed::Problem;
+use crate::error::{check_setting, Error, Result};
+use crate::sync::lock_std as lock;
+
+/// The default bucket size of tensor fusion, in bytes (see docs/mpi.md for how it was
+/// chosen).
+pub const DEFAULT_BUCKET_BYTES: usize = 4 << 20;
+
+/// The default deadline of a collective.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// This process as one rank of an MPI job (started by `mpirun`): MPI is initialized when
+/// it is made and finalized when the last clone (and the last replicas over it) is dropped.
+/// One per process.
+///
+/// If a collective missed its deadline ([`Problem::Stalled`]), this rank can no longer
+/// take part in the job: dropping the cluster then prints the fault and calls `MPI_Abort`,
+/// which ends every rank of the job, instead of `MPI_Finalize`, which would wait for the
+/// rank that died or hangs. [`abort`](Self::abort) does it at once.
+///
+/// ```no_run
+/// use mvtensor::distributed::Cluster;
+/// use mvtensor::optim::{Optimizer, Replicas};
+/// use mvtensor::Variable;
+/// use ndarray::Array1;
+///
+/// // mpirun -np 2 target/release/examples/...
+/// let cluster = Cluster::builder().timeout(std::time::Duration::from_secs(10)).init()?;
+/// let w = Variable::new(Array1::<f32>::zeros(4));
+/// let adam = Optimizer::adam(1e-3).param(&w).build()?;
+/// // One worker thread per rank; rank 0's `w` and Adam's state are broadcast.
+/// let replicas = Replicas::over_mpi(adam, 1, &cluster)?;
+/// let grad = Array1::from_elem(4, cluster.rank() as f32); // each rank's own shard
+/// replicas.step(&grad)?; // the mean over every rank, applied on every rank
+/// replicas.check_agreement()?; // every rank holds the same w, bit for bit
+/// # Ok::<(), mvtensor::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+/// The settings of a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    timeout: Duration,
+    bucket_bytes: usize,
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    comm: Mutex<Comm>,
+    rank: usize,
+    ranks: usize,
+    bucket_bytes: usize,
+    universe: Mutex<Option<UniverseCell>>,
+}
+
+/// The rsmpi universe, whose drop finalizes MPI.
+struct UniverseCell(#[expect(dead_code, reason = "held for its drop: MPI_Finalize")] Universe);
+
+impl std::fmt::Debug for UniverseCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Universe")
+    }
+}
+
+// SAFETY: the universe holds no thread-bound state; it is dropped (MPI_Finalize) once, by
+// whichever thread drops the last handle, after every other MPI call of this process.
+unsafe impl Send for UniverseCell {}
+
+impl ClusterBuilder {
+    /// The deadline of every collective (default [`DEFAULT_TIMEOUT`]): a rank that does
+    /// not reach a step's all-reduce within it is taken for dead or hung. It must cover
+    /// the slowest legitimate wait: the longest step, and rank 0's checkpoint writes.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The bucket size of tensor fusion in bytes (default [`DEFAULT_BUCKET_BYTES`]):
+    /// consecutive gradients smaller than this are all-reduced together, in buckets of at
+    /// most this size; larger ones on their own, straight from where they lie.
+    pub fn bucket_bytes(mut self, bytes: usize) -> Self {
+        self.bucket_bytes = bytes;
+        self
+    }
+
+    /// Initializes MPI (`MPI_THREAD_SERIALIZED`: any thread may call MPI, one at a time)
+    /// and joins the job.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] for a zero timeout or bucket size;
+    /// [`Error::Distributed`] with [`Problem::Unavailable`] if MPI was initialized already
+    /// in this process or cannot serve several threads, or [`Problem::Mpi`].
+    pub fn init(self) -> Result<Cluster> {
+        let owner = || "cluster".to_owned();
+        check_setting(
+            owner,
+            "timeout",
+            self.timeout,
+            !self.timeout.is_zero(),
+            "> 0",
+        )?;
+        let ok = self.bucket_bytes > 0;
+        check_setting(owner, "bucket_bytes", self.bucket_bytes, ok, "> 0")?;
+        let unavailable = |why: String| Error::Distributed {
+            rank: 0,
+            problem: Problem::Unavailable(why),
+        };
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+            .ok_or_else(|| unavailable("MPI is initialized already in this process".into()))?;
+        if threading < Threading::Serialized {
+            return Err(unavailable(format!(
+                "the library provides thread level {threading:?}, Serialized is needed"
+            )));
+        }
+        let world = universe.world();
+        let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+        let dup = |what| -> Result<Handle> {
+            // SAFETY: a null handle, written by MPI_Comm_dup.
+            let mut comm: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+            // SAFETY: the world communicator is valid while the universe lives; errors on
+            // the new one return codes instead of ending the process.
+            let rc = unsafe {
+                let rc = ffi::MPI_Comm_dup(world.as_raw(), &mut comm);
+                if rc == 0 {
+                    ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN)
+                } else {
+                    rc
+                }
+            };
+            checked(what, rc).map_err(|problem| Error::Distributed { rank, problem })?;
+            Ok(Handle(comm))
+        };
+        let comm = Comm {
+            data: dup("MPI_Comm_dup")?,
+            diag: dup("MPI_Comm_dup")?,
+            rank,
+            ranks,
+            timeout: self.timeout,
+            fault: None,
+        };
+        Ok(Cluster {
+            shared: Arc::new(Shared {
+                comm: Mutex::new(comm),
+                rank,
+                ranks,
+                bucket_bytes: self.bucket_bytes,
+                universe: Mutex::new(Some(UniverseCell(universe))),
+            }),
+        })
+    }
+}
+
+impl Cluster {
+    /// The settings, at their defaults; [`ClusterBuilder::init`] joins the job.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder {
+            timeout: DEFAULT_TIMEOUT,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+        }
+    }
+
+    /// Joins the job with the default settings.
+    ///
+    /// # Errors
+    /// As [`ClusterBuilder::init`].
+    pub fn init() -> Result<Self> {
+        Self::builder().init()
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    /// The number of ranks in the job.
+    pub fn ranks(&self) -> usize {
+        self.shared.ranks
+    }
+
+    /// The deadline of a collective.
+    pub fn timeout(&self) -> Duration {
+        self.shared.comm().timeout
+    }
+
+    /// The bucket size of tensor fusion, in bytes.
+    pub fn bucket_bytes(&self) -> usize {
+        self.shared.bucket_bytes
+    }
+
+    /// The fault that ended this rank's part in the job, if one did.
+    pub fn fault(&self) -> Option<Problem> {
+        self.shared.comm().fault.clone()
+    }
+
+    /// Ends every rank of the job at once (`MPI_Abort` with `code`), printing nothing.
+    pub fn abort(&self, code: i32) -> ! {
+        // SAFETY: the world communicator is valid while MPI is initialized, which it is
+        // while this cluster lives.
+        unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code as c_int) };
+        std::process::abort()
+    }
+
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Shared {
+    /// The communicators, for one MPI call or collective at a time.
+    fn comm(&self) -> MutexGuard<'_, Comm> {
+        lock(&self.comm)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let comm = self.comm.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(fault) = &comm.fault {
+            eprintln!(
+                "mvtensor: rank {} of {}: {fault}; aborting the job",
+                comm.rank, comm.ranks
+            );
+            // SAFETY: MPI is initialized (the universe is still held).
+            unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
+            std::process::abort();
+        }
+        for handle in [&mut comm.data, &mut comm.diag] {
+            // SAFETY: each duplicate is freed once, with no call in flight on it (every
+            // flight landed: there is no fault).
+            unsafe { ffi::MPI_Comm_free(&mut handle.0) };
+        }
+        // MPI_Finalize.
+        drop(
+            self.universe
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+    }
+}
