@@ -158,6 +158,7 @@ mod announce;
 pub mod checkpoint;
 mod combine;
 mod dim;
+pub mod distributed;
 pub mod docs;
 mod element;
 mod engine;
