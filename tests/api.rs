@@ -1,4 +1,4 @@
-//! Issue 10's trainer-facing API: any ndarray in, typed dimensions, scaled adds, scalars.
+//! The trainer-facing API: any ndarray in, typed dimensions, scaled adds, scalars.
 
 use crate::common;
 

@@ -1,10 +1,9 @@
 //! Compare-and-swap writers (`fetch_add`, `assign`, `update`: the writes that are not
 //! combined) from more threads than cores keep their variable's versions bounded. Each is
 //! pinned for nearly all of its write, so the ones the OS deschedules hold the epoch back;
-//! before writers waited for room (`src/variable/counted.rs`), four threads running
-//! `fetch_add` on one counter on 2 cores had allocated millions of versions in a few seconds
-//! (a user's review, 2026-11-27). (Its own file: the count is per variable, and nothing else
-//! runs beside it.)
+//! without the wait for room (`src/variable/counted.rs`), the running writers would
+//! allocate millions of versions in a few seconds. (Its own file: the count is per
+//! variable, and nothing else runs beside it.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,4 +1,4 @@
-//! Issue 8, item 1: no heap allocation on a steady-state write, of any size: a version's
+//! No heap allocation on a steady-state write, of any size: a version's
 //! struct and buffer come back to the variable that made them and are reused. A counting
 //! allocator checks steady `assign_add`s and `scaled_add`s of 1K, 64K and 1M f32 on one
 //! thread, and of two threads each writing its own 1K variable (under miri, 16 elements and
@@ -38,7 +38,7 @@ fn large_lens() -> &'static [usize] {
 }
 
 /// Writes to count, and as many to warm up, for a version of `len` f32: fewer as versions
-/// grow (1K: 20,000, 1M: 200), 150 under miri (a write costs it ~50 ms).
+/// grow (1K: 20,000, 1M: 200), 150 under miri (which interprets each write slowly).
 fn writes_for(len: usize) -> usize {
     scaled(150, (20_000 * 1024 / len).clamp(200, 20_000))
 }

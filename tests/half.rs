@@ -78,8 +78,8 @@ fn a_section_mixes_f32_and_bf16_resources() -> Result<(), Error> {
 }
 
 /// ndarray's constructors that need `num_traits::Zero`/`One` build half-precision arrays:
-/// the `half` dependency has its `num-traits` feature on (a user's review found
-/// `Array1::<f16>::zeros` did not compile).
+/// the `half` dependency has its `num-traits` feature on (without it
+/// `Array1::<f16>::zeros` does not compile).
 #[test]
 fn half_arrays_come_from_ndarrays_own_constructors() {
     let v = Variable::new(ndarray::Array2::<f16>::zeros((2, 3)));

@@ -1,4 +1,4 @@
-//! Issue 15, item 4: recorded concurrent histories, checked for linearizability against
+//! Recorded concurrent histories, checked for linearizability against
 //! sequential models: a register (`set` / `get`), a counter (`fetch_add`), compare-and-set,
 //! and a two-account transfer in a critical section read with `read_all`. The checker is
 //! shown to fail: a counter that reads, then writes, is rejected.

@@ -1,4 +1,4 @@
-//! Issue 13, item 2: shared metrics updated from many threads, read consistently.
+//! Shared metrics updated from many threads, read consistently.
 
 use crate::common;
 

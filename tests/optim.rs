@@ -1,4 +1,4 @@
-//! Issue 13, item 1: optimizers over shared parameters, each step atomic over the set.
+//! Optimizers over shared parameters, each step atomic over the set.
 
 mod state;
 
@@ -333,8 +333,8 @@ fn a_soft_update_is_atomic_over_the_targets_while_the_online_net_trains() {
     assert!(moving > 0, "no look while the targets moved");
     polyak.apply(1.0).unwrap();
     assert_eq!((tw.read()[3], tb.read()[0]), (rounds as f64, rounds as f64));
-    // A pair whose shapes differ is refused at build (it was accepted, and every apply
-    // failed: a user's review); one that comes to differ later fails the apply.
+    // A pair whose shapes differ is refused at build (accepted, every apply would fail);
+    // one that comes to differ later fails the apply.
     let other = Variable::builder(Array1::<f64>::zeros(3))
         .name("other")
         .dynamic_shape()

@@ -39,9 +39,8 @@ fn a_failed_look_fails_its_test_instead_of_hanging() {
 }
 
 /// A writer that panics counts as done: the looker stops when the others are, and the panic
-/// reaches the caller. (The looker waited forever for it: a test whose restore failed hung
-/// instead of failing, found by a review of the tests.) As above, a hang fails after a
-/// minute.
+/// reaches the caller. (Else the looker would wait forever for it, and a test whose writer
+/// fails would hang instead of failing.) As above, a hang fails after a minute.
 #[test]
 fn a_failed_writer_fails_its_test_instead_of_hanging() {
     let ops = 64;

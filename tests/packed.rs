@@ -287,8 +287,7 @@ fn a_packed_set_checkpoints_as_one_tensor_with_its_optimizer_state() {
 
 /// A packed set's checkpoint records the tensors it packs: a restore into a set that packs
 /// others is refused, even of the same length (a 2x3 and a 3x2 tensor: the values would
-/// land scrambled, a user's review found them restored with `Ok`), naming both layouts, and
-/// nothing is applied; the same layout restores.
+/// land scrambled), naming both layouts, and nothing is applied; the same layout restores.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_restore_into_a_set_of_another_layout_is_refused() {

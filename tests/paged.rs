@@ -370,7 +370,7 @@ fn churn() {
 
 /// A `read()` snapshot holds its table past its variable's drop (the head's count, given up
 /// through crossbeam, meets the hold and waits on the held list), passes to an owned
-/// snapshot, and the book is freed once both are gone. (An independent review's test.)
+/// snapshot, and the book is freed once both are gone.
 #[test]
 fn a_held_snapshot_outlives_its_variable() {
     let t = pairs(4);
@@ -391,7 +391,7 @@ fn a_held_snapshot_outlives_its_variable() {
 
 /// A thread that exits with a `read()` snapshot in a thread-local keeps its block and the
 /// table for good; writes go on, and new threads (one may get a block given back) hold
-/// their own snapshots across writes. (An independent review's test.)
+/// their own snapshots across writes.
 #[test]
 fn a_thread_exits_holding_a_paged_snapshot_in_a_thread_local() {
     thread_local! {

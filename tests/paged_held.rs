@@ -14,9 +14,9 @@ use common::scaled;
 /// writes of a dense variable and of the paged one, it holds back neither (the dense
 /// variable keeps its working set; the paged one its bound plus the held table's pages),
 /// its rows never change, and it passes to an owned snapshot that outlives it; once dropped,
-/// its table's pages come back within a few writes. (With the
-/// snapshot pinned for its life, as until 2026-11-28, the dense variable kept a version per
-/// write: its replaced versions waited for an epoch the reader's pin held back.)
+/// its table's pages come back within a few writes. (Were the snapshot pinned for its life,
+/// the dense variable would keep a version per write: its replaced versions would wait for
+/// an epoch the reader's pin held back.)
 #[test]
 fn a_held_paged_snapshot_holds_back_no_other_version() {
     let len = scaled(16, 16 * 1024); // 64 KiB: reclaimed before each write returns
@@ -92,8 +92,7 @@ fn a_held_paged_snapshot_holds_back_no_other_version() {
         assert!(values.iter().all(|&x| x == want), "row {r}: {values}");
     }
     // The same with the hold alone: held while every page is replaced, then dropped. (A
-    // recheck that never released a parked table passed everything else: an independent
-    // review.)
+    // recheck that never released a parked table would pass everything else.)
     let snapshot = paged.read();
     for i in 0..rows {
         paged.scatter_add(&[i], &row).unwrap();

@@ -55,8 +55,8 @@ fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
     assert_eq!(held.to_array(), before, "a held snapshot changed");
     // ...but nothing the writes made after it: however many writes pass (here, pages
     // replaced many times the table over), two held snapshots keep at most their own
-    // pages. (Until 2026-11-27 tables were reused oldest first only, and a held one kept
-    // every page every later write replaced: 36 MiB over a 24 MiB table in 200 ms.)
+    // pages. (Were tables reused oldest first only, a held one would keep every page every
+    // later write replaced.)
     let writes = scaled(20, 10_000);
     let mut second = None;
     let mut peak = 0;

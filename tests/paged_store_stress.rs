@@ -91,10 +91,10 @@ fn store_snapshots_of_paged_tables_stay_whole_and_ordered_under_writers() {
     assert_eq!((column(&p), column(&q)), (total, total));
     // Let crossbeam's epoch catch up first, as the other memory tests do. A table that a
     // snapshot's cut keeps goes back after the book's next tick; when the writers stopped, a
-    // tick could still be in flight, queued behind other threads' bags, and four writes
-    // from here were then not always enough for it and the tick after it to run (CI,
-    // 2026-11-28, under ASan with miri beside it: 586 pages, bound 85). Once it has run,
-    // three writes are: the first defers the next tick, the next two flushes run it.
+    // tick could still be in flight, queued behind other threads' bags, and a few writes
+    // from here are then not always enough for it and the tick after it to run (on a loaded
+    // machine, under a sanitizer). Once it has run, three writes are: the first defers the
+    // next tick, the next two flushes run it.
     quiesce();
     for _ in 0..4 {
         p.scatter_add(&[0], &Array2::zeros((1, 2))).unwrap();

@@ -1,4 +1,4 @@
-//! Issue 13, item 3: the tensor queue's FIFOQueue semantics.
+//! The tensor queue's FIFOQueue semantics.
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! `update` and `fetch_update` on a variable that critical sections claim and let go of over
 //! and over, while their closures run unpinned holding the variable's ticket: no increment
 //! may be lost or seen twice, and a failed or panicking closure gives its ticket back.
-//! (Written by an independent review of the change that made them unpinned, 2026-11-27.)
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 

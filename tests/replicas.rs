@@ -1,4 +1,4 @@
-//! Issue 13, item 5: `optim::Replicas`, a synchronous all-reduce over worker threads, and
+//! `optim::Replicas`, a synchronous all-reduce over worker threads, and
 //! how it ends: a worker that panics or returns early stops the others instead of leaving
 //! them waiting for ever. Its asynchronous mode: `replicas_async.rs`.
 

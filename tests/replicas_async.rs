@@ -1,4 +1,4 @@
-//! Issue 13, item 5, the asynchronous mode: `Replicas::step_async` applies each worker's
+//! The asynchronous mode of replicas: `Replicas::step_async` applies each worker's
 //! gradients as a step of their own and waits for nobody (the synchronous all-reduce:
 //! `replicas.rs`).
 

@@ -1,6 +1,6 @@
-//! Issue 8's "no heap allocation on a steady-state write", for row writes: a steady
-//! `scatter_add` on a dense variable and on a paged one allocates nothing of its own (the
-//! shape check used to build the expected shape in a `Vec` per call). What remains is
+//! "No heap allocation on a steady-state write", for row writes: a steady `scatter_add` on
+//! a dense variable and on a paged one allocates nothing of its own (the shape check builds
+//! no `Vec` per call). What remains is
 //! crossbeam-epoch's bookkeeping: a bag node each time retired versions are handed to it,
 //! once per 32 small dense versions, and about once per two paged writes (each tick of a
 //! paged variable's grace clock). One test: the counting allocator counts for the whole

@@ -1,4 +1,4 @@
-//! Issue 11, item 1: row operations (scatter_add, scatter_scaled_add, scatter_update,
+//! Row operations (scatter_add, scatter_scaled_add, scatter_update,
 //! gather) on variables whose first axis is rows, also inside critical sections, combined
 //! with concurrent writes; bad indices and shapes are typed errors that apply nothing.
 

@@ -1,4 +1,4 @@
-//! Issue 10: a scalar write allocates nothing of its own. A counting allocator (one test per
+//! A scalar write allocates nothing of its own. A counting allocator (one test per
 //! file: it counts for the whole process) checks that steady `fetch_add`s allocate far less
 //! than once per call. What remains is crossbeam-epoch's own bookkeeping: a bag node each
 //! time a batch of retired versions is handed to it (one per 32 writes here).

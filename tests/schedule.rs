@@ -13,9 +13,9 @@ use ndarray::{Array1, Ix1};
 /// gradient of ones and the factor `t`, the parameter ends at `-lr * (1 + 2 + ... + n)`,
 /// exactly (halves of whole numbers), whatever order the threads' steps ran in. The threads
 /// start each step together (spinning, so that neither has to be woken first), so that
-/// steps overlap: a factor read from the step count before the execution gave two steps one
-/// number, and failed this test in 3 of 10 runs on 2 busy cores (the window is the ~100 ns
-/// between that read and the execution).
+/// steps overlap: a factor read from the step count before the execution would give two
+/// steps one number (the window between that read and the execution is short, so the
+/// steps must overlap for this test to see it).
 #[test]
 fn concurrent_steps_each_use_their_own_numbers_rate() {
     let (threads, each) = (2, scaled(3, 300));

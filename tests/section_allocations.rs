@@ -1,4 +1,4 @@
-//! Issue 8: a write allocates nothing in steady state, a critical section's commit of several
+//! A write allocates nothing in steady state, a critical section's commit of several
 //! variables included (it shares one commit record among their versions, which the section
 //! reuses once no version carries it). A counting allocator (one test per file: it counts for
 //! the whole process) checks that steady executions allocate far less than once each. What

@@ -1,9 +1,9 @@
 //! Sections racing everything else at once: executions (some failing, some reading a
 //! variable outside the section), sections built and dropped around the same variables
 //! (their claims set and clear the queued mark), plain writers of every kind to a small and
-//! a large variable, and readers. Since executions run their closures unpinned and plain
-//! writers wait for tickets unpinned (2026-11-27), nothing may be lost, doubled, torn or
-//! seen half-committed. (A helper session's review stressed these paths; this keeps it.)
+//! a large variable, and readers. Executions run their closures unpinned and plain writers
+//! wait for tickets unpinned; still nothing may be lost, doubled, torn or seen
+//! half-committed.
 //! Store snapshots, checkpoints and restores race sections too: each sees, or commits, a
 //! consistent cut.
 
@@ -123,8 +123,7 @@ fn consistent(a: i64, b: i64, large: &ndarray::ArrayRef<i64, IxDyn>) -> i64 {
 /// loaded back), and a checkpoint of one cut is restored again and again, which commits all
 /// three variables in one execution of its own (a section that shares the claims). Every
 /// snapshot, every file and the end state are consistent cuts; snapshot timestamps never go
-/// back. (The review that found plain writes skipping queued tickets raced these too; its
-/// test was lost, this rewrites it.)
+/// back.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn store_snapshots_and_restores_race_sections() {

@@ -155,9 +155,9 @@ fn snapshot_lookups_are_typed() {
 
 /// A snapshot's work is bounded by the number of variables, whatever writers do: 1,000
 /// variables, one writer committing to the last one as fast as it can, and every snapshot
-/// costs about what a quiet one does. (Snapshots used to start over whenever the variable
-/// they had not reached yet committed after their clock read: 22-240 ms instead of 0.3 ms,
-/// nearly every snapshot.) Measured in this thread's CPU time, so that waiting for a core
+/// costs about what a quiet one does. (A snapshot that started over whenever the variable
+/// it had not reached yet committed after its clock read would starve here.) Measured in
+/// this thread's CPU time, so that waiting for a core
 /// does not count, and judged by the 98th percentile of 200: a starving snapshot restarts
 /// again and again, while one interrupt or page fault alone must not fail the test.
 #[test]

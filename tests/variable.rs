@@ -177,8 +177,8 @@ fn unnamed_variables_get_a_name_for_errors() {
 }
 
 /// An `update` closure that writes its own variable gets `Error::Reentrant` from that write:
-/// the write used to succeed, so the update lost its compare-and-swap to it and ran the
-/// closure again, forever (a user's trainer spun at 100% CPU). Writes to other variables
+/// were the write to succeed, the update would lose its compare-and-swap to it and run the
+/// closure again, forever. Writes to other variables
 /// still work inside it, closures of different variables nest, and the mark goes with the
 /// closure, also when it panics.
 #[test]

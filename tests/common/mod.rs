@@ -27,7 +27,7 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// Brings every retired version home, once no other thread is pinned: each `flush` advances
 /// crossbeam's epoch (nobody else holds it back) and runs at most 8 expired bags of the
 /// global queue, and a writer that was held back by a descheduled reader may have left
-/// hundreds queued (one bag per large version). 512 flushes drain 4,096 bags, ~0.1 ms.
+/// hundreds queued (one bag per large version). 512 flushes drain 4,096 bags, quickly.
 /// (Under miri, where no count is exact, a few.)
 ///
 /// Join the test's threads explicitly first, not through the end of `thread::scope`: a
@@ -145,8 +145,8 @@ pub fn while_looking(writers: &[&(dyn Fn(usize) + Sync)], ops: usize, mut look: 
         AtomicUsize::new(0),
         AtomicUsize::new(0),
     );
-    /// Counts its writer as done, also when it panics (else the looker waited forever for
-    /// it, and the test hung instead of failing: a review of the tests).
+    /// Counts its writer as done, also when it panics (else the looker would wait forever
+    /// for it, and the test hang instead of failing).
     struct Done<'a>(&'a AtomicUsize);
     impl Drop for Done<'_> {
         fn drop(&mut self) {
