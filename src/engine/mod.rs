@@ -5,15 +5,36 @@
 //!   of the threads that read in it, and a thread's cached lookup of its own node.
 //! * [`slots`]: protecting an object through a slot, and the scan that tells which objects any
 //!   slot holds.
+//! * [`object`]: a reclaimable object (its count and list link) and the ways to own one.
+//! * [`word`]: the head word (address, counts, a tag bit): wait-free reads, the writers'
+//!   compare-and-swap that moves the word's counts into the object it unlinks.
+//! * [`retire`]: a variable's home: its word and domain, the free list and the retired list.
 //!
-//! Imports run one way: `slots` -> `domain`.
+//! Imports run one way: `retire` -> `word` -> `slots` -> `domain`, and every one of them ->
+//! `object`, which imports none. docs/design.md, "Engine: reclamation by hazard slots", says
+//! why each ordering is what it is.
 
 // The public types move onto this layer next; until then only its tests use it.
 #![cfg_attr(not(test), allow(dead_code))]
 
 mod domain;
+mod object;
+mod retire;
 mod slots;
+mod word;
 
 #[cfg(all(test, not(mvtensor_loom)))]
 #[path = "tests/slot_tests.rs"]
 mod slot_tests;
+
+#[cfg(all(test, not(mvtensor_loom)))]
+#[path = "tests/cell.rs"]
+mod cell;
+
+#[cfg(all(test, not(mvtensor_loom)))]
+#[path = "tests/unit.rs"]
+mod tests;
+
+#[cfg(all(test, not(mvtensor_loom)))]
+#[path = "tests/threads.rs"]
+mod threads;
