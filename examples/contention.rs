@@ -7,11 +7,13 @@
 //! cargo run --release --example contention [-- --elements N[,N...] --writers W --readers R --updates U --rounds K]
 //! ```
 //!
-//! Defaults: 65536 elements, 4 writers x 2000 updates, 2 readers, 5 rounds. Each round runs
-//! both variants, alternating which goes first; the table shows each variant's median round
-//! (by updates/s), and the summary the median of the rounds' ratios with their range: one
-//! round of a fraction of a second swung between 0.34x and 0.71x from run to run on a
-//! shared 2-core machine. `--elements 65536,1048576` adds rows for a 4 MiB tensor.
+//! Defaults: 65536 elements, 5 rounds, and no more threads than cores (`Job::for_cores`): up
+//! to 6 threads, a third of them readers (at least one from 2 cores on), the rest writers
+//! sharing 8,000 updates. Each round runs both variants, alternating which goes first; the
+//! table shows each variant's median round (by updates/s), and the summary the median of
+//! the rounds' ratios with their range, and what each side's writers and readers did
+//! together: a reader that never waits reads on while the writers write, which is work done.
+//! `--elements 65536,1048576` adds rows for a 4 MiB tensor.
 //!
 //! Every writer adds a tensor of ones `U` times, so the final value is exactly
 //! `initial + W * U` everywhere (f32 is exact below 2^24); it is checked element by element,
@@ -45,12 +47,13 @@ impl Config {
     const USAGE: &'static str =
         "usage: contention [--elements N[,N...]] [--writers W] [--readers R] [--updates U] [--rounds K]";
 
-    fn from_args() -> Result<Self, String> {
+    fn from_args(cores: usize) -> Result<Self, String> {
+        let job = Job::for_cores(cores);
         let mut cfg = Config {
             elements: vec![main_job::ELEMENTS],
-            writers: main_job::JOB.writers,
-            readers: main_job::JOB.readers,
-            updates: main_job::JOB.updates,
+            writers: job.writers,
+            readers: job.readers,
+            updates: job.updates,
             rounds: main_job::ROUNDS,
         };
         let mut args = std::env::args().skip(1);
@@ -108,6 +111,15 @@ fn fmt_latency(ns: u64) -> String {
     }
 }
 
+/// A rate with a readable unit.
+fn fmt_rate(per_s: f64) -> String {
+    match per_s {
+        r if r >= 1e6 => format!("{:.2}M", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
+}
+
 /// Percentile of a latency histogram, or `None` if nobody read.
 fn quantile(h: &Histogram<u64>, q: f64) -> Option<u64> {
     (!h.is_empty()).then(|| h.value_at_quantile(q))
@@ -131,32 +143,32 @@ fn print_row(elements: usize, variant: &str, o: &Outcome) {
         Err(e) => format!("FAILED: {e}"),
     };
     println!(
-        "{elements:>9}  {variant:<8}  {:>9.0}  {:>9}  {:>9}  {:>10}  {:>9.0}  {check}",
+        "{elements:>9}  {variant:<8}  {:>9.0}  {:>9.0}  {:>9}  {:>9}  {:>10}  {check}",
         o.updates_per_s,
+        o.reads_per_s,
         lat(0.50),
         lat(0.99),
         lat(0.999),
-        o.reads_per_s,
     );
 }
 
 fn main() -> ExitCode {
-    let cfg = match Config::from_args() {
+    let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    let cfg = match Config::from_args(cores) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
     println!(
         "contention: {} writers x {} assign_add of ones, {} readers (read + sum of {READ_SLICE} elements), {cores} cores available",
         cfg.writers, cfg.updates, cfg.readers
     );
     println!();
     println!(
-        "{:>9}  {:<8}  {:>9}  {:>9}  {:>9}  {:>10}  {:>9}  final value checked",
-        "elements", "variant", "updates/s", "read p50", "read p99", "read p99.9", "reads/s"
+        "{:>9}  {:<8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  final value checked",
+        "elements", "variant", "updates/s", "reads/s", "read p50", "read p99", "read p99.9"
     );
 
     let mut failed = false;
@@ -195,6 +207,15 @@ fn main() -> ExitCode {
             ratios.len(),
             ratios[0],
             ratios[ratios.len() - 1],
+        );
+        println!(
+            "{:>9} work done, writers and readers together: mvtensor {} updates/s and {} reads/s, \
+             the mutex {} updates/s and {} reads/s",
+            "",
+            fmt_rate(ours.updates_per_s),
+            fmt_rate(ours.reads_per_s),
+            fmt_rate(theirs.updates_per_s),
+            fmt_rate(theirs.reads_per_s),
         );
         println!(
             "{:>9} mvtensor stats (last round): commits {}, cas_retries {}, combined_batches {} (deltas {}, max batch {}), live_versions {}",

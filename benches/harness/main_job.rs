@@ -1,8 +1,8 @@
-//! The README's main job: writers add ones to one shared f32 tensor with `assign_add` while
-//! readers keep reading it, through mvtensor and through a `std::sync::Mutex<ArrayD<f32>>`
+//! The contention benchmark: writers add ones to one shared f32 tensor with `assign_add`
+//! while readers keep reading it, through mvtensor and through a `std::sync::Mutex<ArrayD<f32>>`
 //! updated in place (the mutex's best case: on slices, the add in AVX2 where the processor
 //! has it, as mvtensor's own loops are). `examples/contention.rs` prints it; the report
-//! measures it for issue 8's goal (64K, 4 writers: mvtensor's updates/s at least 0.9x the
+//! measures it for its goal (64K, 4 writers: mvtensor's updates/s at least 0.9x the
 //! mutex's). One driver ([`run`]) gives both the same workload, through the harness's
 //! [`Subject`].
 
@@ -21,10 +21,10 @@ use super::Subject;
 /// Elements each read sums: the "small amount of work" a reader does on what it read.
 pub const READ_SLICE: usize = 64;
 
-/// The main job's defaults: a 64K-element tensor (256 KiB).
+/// The benchmark's tensor: 64K elements (256 KiB).
 pub const ELEMENTS: usize = 1 << 16;
 
-/// The main job's defaults: 4 writers of 2,000 updates each, 2 readers.
+/// The report's job: 4 writers of 2,000 updates each, 2 readers.
 pub const JOB: Job = Job {
     writers: 4,
     readers: 2,
@@ -44,6 +44,21 @@ pub struct Job {
 }
 
 impl Job {
+    /// The contention example's default on `cores` cores: [`JOB`] with no more threads than
+    /// cores. Up to 6 threads, a third of them readers (at least one from 2 cores on, so
+    /// that reads are measured), the rest writers, which share [`JOB`]'s updates between
+    /// them (a job as long as the report's).
+    pub fn for_cores(cores: usize) -> Job {
+        let threads = cores.clamp(1, JOB.writers + JOB.readers);
+        let readers = if threads < 2 { 0 } else { (threads / 3).max(1) };
+        let writers = threads - readers;
+        Job {
+            writers,
+            readers,
+            updates: JOB.total() / writers,
+        }
+    }
+
     /// Updates of all writers together.
     pub fn total(&self) -> usize {
         self.writers.saturating_mul(self.updates)
