@@ -60,13 +60,22 @@ fn every_batch_is_consumed_once_and_the_model_matches_a_serial_replay() -> Resul
         s.spawn(|| {
             let _close = queue.close_on_panic();
             for id in 0..batches {
-                queue.enqueue(batch(id)).expect("open until closed below");
+                if queue.enqueue(batch(id)).is_err() {
+                    return; // closed by a trainer that failed: its error is the test's
+                }
             }
             queue.close(false);
         });
         let workers: Vec<_> = (0..trainers)
             .map(|_| {
                 s.spawn(|| -> Result<Seen, Error> {
+                    // A trainer that fails or panics closes the queue, so that the producer
+                    // and the other trainers stop instead of waiting for it.
+                    let _close = queue.close_on_panic();
+                    let failed = |e: Error| {
+                        queue.close(true);
+                        e
+                    };
                     let mut mine = Seen {
                         ids: Vec::new(),
                         counter: Vec::new(),
@@ -79,14 +88,15 @@ fn every_batch_is_consumed_once_and_the_model_matches_a_serial_replay() -> Resul
                                 problem: QueueProblem::Closed,
                                 ..
                             }) => return Ok(mine),
-                            Err(other) => return Err(other),
+                            Err(other) => return Err(failed(other)),
                         };
                         // A snapshot of the model: every element an integer, whatever the
                         // other trainers are applying.
                         assert!(w.read().iter().all(|x| x.fract() == 0.0));
                         mine.ids.push(b[[0]] as usize);
-                        mine.optimizer.push(sgd.step(&gradient(&b))?);
-                        mine.counter.push(steps.fetch_add(1)?);
+                        mine.optimizer
+                            .push(sgd.step(&gradient(&b)).map_err(failed)?);
+                        mine.counter.push(steps.fetch_add(1).map_err(failed)?);
                     }
                 })
             })
