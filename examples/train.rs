@@ -232,10 +232,12 @@ fn run<S: Side>(side: &S, data: &Array2<f32>, cfg: &Config, checkpoints: bool) -
         let trainers: Vec<_> = (0..cfg.threads)
             .map(|_| {
                 s.spawn(|| -> Fallible<Histogram<u64>> {
+                    let _close = batches.close_on_panic();
                     let mut times = new_histogram();
                     while let Ok(batch) = batches.dequeue() {
+                        let batch = batch.into_dimensionality()?; // the queue's shape: 2-d
                         let t0 = Instant::now();
-                        if let Err(e) = side.step(&batch.into_dimensionality()?) {
+                        if let Err(e) = side.step(&batch) {
                             batches.close(true); // stops the producer and the others
                             return Err(e);
                         }
