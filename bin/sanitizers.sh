@@ -2,9 +2,10 @@
 # The tests under a sanitizer, on nightly, with std rebuilt instrumented (-Zbuild-std; needs
 # the rust-src component, which miri also needs).
 #
-#   bin/sanitizers.sh address              # AddressSanitizer + LeakSanitizer: unit and
-#                                          # integration tests
+#   bin/sanitizers.sh address              # AddressSanitizer + LeakSanitizer: the unit
+#                                          # tests and the stress tests
 #   bin/sanitizers.sh thread               # ThreadSanitizer: the stress tests
+#   bin/sanitizers.sh address --lib --tests # every unit and integration test (verify-deep)
 #   bin/sanitizers.sh thread --test suite paged::  # one file of the suite
 #
 # Each sanitizer builds in its own target directory. Suppressions and why: bin/*.supp.
@@ -27,7 +28,10 @@ address)
     # blocks unless it is small.
     export ASAN_OPTIONS="detect_leaks=1:quarantine_size_mb=16:halt_on_error=1"
     export LSAN_OPTIONS="suppressions=$PWD/bin/lsan.supp:print_suppressions=0"
-    default=(--lib --tests)
+    # The unit tests and the stress tests, as ThreadSanitizer's: the files of their own
+    # measure the process (allocations, resident memory, CPU time) and exercise no code
+    # path the suite does not (bin/verify-deep.sh runs every test under both sanitizers).
+    default=(--lib --test suite --test snapshots --test reader_frees_nothing --test held_snapshots)
     ;;
 thread)
     export TSAN_OPTIONS="suppressions=$PWD/bin/tsan.supp:halt_on_error=1:second_deadlock_stack=1"

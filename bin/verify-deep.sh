@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The long versions of CI's checks, for a quiet machine and an hour or more:
-#   the loom models explored in full at preemption bound 2 (CI caps each at 30 s) and at 3,
-#   the mutation check, AddressSanitizer and
-#   ThreadSanitizer over every unit and integration test, and each fuzz target for FUZZ_SECONDS
-#   (default an hour; CI gives each 30 s).
+#   the loom models explored in full at preemption bound 2 (CI caps each at 20 s) and at 3,
+#   the mutation check, AddressSanitizer and ThreadSanitizer over every unit and integration
+#   test, miri over every integration test (CI: the unit tests and tests/suite.rs), and each
+#   fuzz target for FUZZ_SECONDS (default an hour; CI gives each 20 s).
 #
 #   bin/verify-deep.sh                 # everything
 #   FUZZ_SECONDS=600 bin/verify-deep.sh
@@ -19,7 +19,7 @@ run() {
 }
 fuzz_long() {
     local target
-    for target in ops sections checkpoint paged; do
+    for target in $(cd fuzz && cargo +nightly fuzz list); do
         mkdir -p "fuzz/corpus/$target"
         (cd fuzz && cargo +nightly fuzz run "$target" "corpus/$target" -- \
             -max_total_time="${FUZZ_SECONDS:-3600}") || return 1
@@ -28,8 +28,14 @@ fuzz_long() {
 run bin/loom.sh
 run env LOOM_MAX_PREEMPTIONS=3 bin/loom.sh
 run bin/mutants.sh
-run bin/sanitizers.sh address
+# As CI's miri step (.ci/run says why these flags), over every integration test file.
+miri_tests() {
+    MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
+        CARGO_TARGET_DIR=target/miri cargo +nightly miri test --test '*'
+}
+run bin/sanitizers.sh address --lib --tests
 run bin/sanitizers.sh thread --lib --tests
+run miri_tests
 run fuzz_long
 echo "$passed passed, $failed failed"
 ((failed == 0))
