@@ -2,7 +2,7 @@
 //! (tests/mpi/launch.rs says how) and judges the job. Loopback only: every rank runs on this
 //! machine. `bin/mpi-tests.sh` runs them.
 
-#[path = "../benches/harness/wine.rs"]
+#[path = "../examples/train/wine.rs"]
 mod wine;
 
 #[path = "mpi/errors.rs"]

@@ -20,13 +20,16 @@
 //!   rank 0's parameters and optimizer state to the others.
 //! * **Tensor fusion.** Small gradients are copied into buckets of at most
 //!   `ClusterBuilder::bucket_bytes` and all-reduced together; a gradient of a bucket's size
-//!   or more goes out from where it lies, with no copy. All buckets of a step are in flight
-//!   at once (non-blocking all-reduces).
-//! * **No silent hang.** Every collective is non-blocking and polled against a deadline
-//!   (`ClusterBuilder::timeout`). A rank that dies or hangs makes the others' step fail
-//!   with [`Problem::Stalled`], naming the ranks that did not answer; the rank cannot take
-//!   part in any later collective (MPI cannot cancel one), so it must end: dropping the
-//!   `Cluster` then aborts the whole job (`MPI_Abort`) instead of waiting in
+//!   or more goes out from where it lies, with no copy.
+//! * **No silent hang.** Every collective has a deadline (`ClusterBuilder::timeout`). The
+//!   step's all-reduces are blocking calls (the MPI library's tuned algorithms) under a
+//!   watchdog thread (`Collectives::Watched`, the default), or non-blocking ones polled
+//!   against the deadline, every bucket in flight at once (`Collectives::Polled`); the
+//!   small collectives are always polled. A rank that dies or hangs makes the others fail
+//!   with [`Problem::Stalled`], naming the ranks that did not answer: polled, the step
+//!   returns it; watched, the watchdog prints it. Either way the rank cannot take part in
+//!   another collective (MPI cannot cancel one), so the job ends: the watchdog, or the
+//!   `Cluster`'s drop after a polled fault, aborts it (`MPI_Abort`) instead of waiting in
 //!   `MPI_Finalize`. A rank killed outright is also noticed by `mpirun`, which ends the
 //!   job.
 //! * **Checkpoints are cuts at one global step.** Every rank holds the same state after
@@ -47,7 +50,7 @@ use crate::{DType, Element, OwnedSnapshot};
 mod mpi;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::{Cluster, ClusterBuilder, DEFAULT_BUCKET_BYTES, DEFAULT_TIMEOUT};
+pub use self::mpi::{Cluster, ClusterBuilder, Collectives, DEFAULT_BUCKET_BYTES, DEFAULT_TIMEOUT};
 /// The element types MPI can all-reduce (`f32`, `f64`): rsmpi's trait, for code generic
 /// over them.
 #[cfg(feature = "mpi")]

@@ -137,40 +137,49 @@ fn a_killed_rank_ends_the_job_with_an_error_and_the_last_checkpoint_restores() {
     }
 }
 
-/// 3 ranks; rank 1 hangs before step 15 (alive, never calling MPI again). Ranks 0 and 2
-/// fail step 15's all-reduce at the deadline (3 s) naming rank 1, and their clusters abort
-/// the job: it ends within 10 s of the hang.
+/// 3 ranks; rank 1 hangs before step 15 (alive, never calling MPI again), with each kind
+/// of all-reduce. Polled: ranks 0 and 2 fail step 15's all-reduce at the deadline (3 s) with
+/// the error naming rank 1, and their clusters abort the job. Watched: their watchdogs print
+/// that error and abort the job. Either way it ends within 10 s of the hang (the first
+/// survivor to abort may end the other before it reports).
 #[test]
 fn a_hung_rank_makes_the_others_fail_naming_it_and_end_the_job() {
     let test = "faults::a_hung_rank_makes_the_others_fail_naming_it_and_end_the_job";
     if in_rank() {
         return rank_trains_until_its_fault();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let job = mpirun(3, test, &env(dir.path(), 40, 15, "hang"), BOUND * 6);
-    assert!(!job.timed_out && job.code != Some(0), "{}", job.output);
-    let took = job
-        .ended
-        .duration_since(stamped(dir.path(), "fault"))
-        .unwrap();
-    assert!(took <= BOUND, "the job took {took:?} to end after the hang");
-    println!("a hung rank: the job ended {took:?} after the hang");
-    // The first survivor to abort ends the others, perhaps before they write theirs.
-    let mut reports = 0;
-    for rank in [0, 2] {
-        let Ok(error) = std::fs::read_to_string(dir.path().join(format!("stalled{rank}"))) else {
-            continue;
-        };
-        let expected = format!(
-            "rank {rank}: the all-reduce of step 15 did not complete within 3000 ms: rank 1 did \
-             not answer (dead or hung)"
+    for collectives in ["polled", "watched"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = env(dir.path(), 40, 15, "hang");
+        env.push(("MPI_TEST_COLLECTIVES", collectives.into()));
+        let job = mpirun(3, test, &env, BOUND * 6);
+        assert!(!job.timed_out && job.code != Some(0), "{}", job.output);
+        let took = job
+            .ended
+            .duration_since(stamped(dir.path(), "fault"))
+            .unwrap();
+        assert!(
+            took <= BOUND,
+            "{collectives}: the job took {took:?} to end after the hang"
         );
-        assert!(error.starts_with(&expected), "{error}\n{}", job.output);
-        reports += 1;
+        println!("a hung rank, {collectives}: the job ended {took:?} after the hang");
+        let mut reports = 0;
+        for rank in [0, 2] {
+            let what = "the all-reduce of step 15 did not complete within 3000 ms: rank 1 did \
+                        not answer (dead or hung)";
+            let reported = match collectives {
+                "polled" => std::fs::read_to_string(dir.path().join(format!("stalled{rank}")))
+                    .is_ok_and(|error| error.starts_with(&format!("rank {rank}: {what}"))),
+                _ => job
+                    .output
+                    .contains(&format!("mvtensor: rank {rank} of 3: {what}")),
+            };
+            reports += usize::from(reported);
+        }
+        assert!(
+            reports > 0,
+            "{collectives}: no survivor reported:\n{}",
+            job.output
+        );
     }
-    assert!(
-        reports > 0,
-        "no survivor reported the stall:\n{}",
-        job.output
-    );
 }

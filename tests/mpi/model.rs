@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mvtensor::checkpoint::{Checkpoints, Restore};
-use mvtensor::distributed::Cluster;
+use mvtensor::distributed::{Cluster, Collectives};
 use mvtensor::optim::{Optimizer, Replicas};
 use mvtensor::{Store, Variable};
 use ndarray::{s, Array1, Array2, Ix1, Ix2, IxDyn};
@@ -14,10 +14,16 @@ use ndarray::{s, Array1, Array2, Ix1, Ix2, IxDyn};
 use crate::launch::number;
 use crate::wine;
 
-/// This rank's cluster, with the deadline the launching test set (ms).
+/// This rank's cluster, with the deadline the launching test set (ms) and its kind of
+/// all-reduce (`MPI_TEST_COLLECTIVES=polled`; watched if unset).
 pub fn cluster() -> Cluster {
     let timeout = Duration::from_millis(number("MPI_TEST_TIMEOUT_MS") as u64);
-    Cluster::builder().timeout(timeout).init().expect("MPI")
+    let collectives = match std::env::var("MPI_TEST_COLLECTIVES").as_deref() {
+        Ok("polled") => Collectives::Polled,
+        _ => Collectives::Watched,
+    };
+    let builder = Cluster::builder().timeout(timeout).collectives(collectives);
+    builder.init().expect("MPI")
 }
 
 /// The wine MLP's parameters, with Adam over them, all in `store` (the optimizer's state

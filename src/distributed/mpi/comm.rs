@@ -7,10 +7,12 @@
 //! frees them) if it does not land. The rank then takes part in no other collective.
 
 use std::ffi::c_int;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use super::watch::Watch;
 use crate::distributed::Problem;
 
 /// A communicator handle.
@@ -23,9 +25,6 @@ pub(super) struct Handle(pub(super) ffi::MPI_Comm);
 unsafe impl Send for Handle {}
 // SAFETY: as for `Send`: shared handles are only used under that lock.
 unsafe impl Sync for Handle {}
-
-/// The tag of the rank-to-rank calls made after a missed deadline.
-const ALIVE_TAG: c_int = 7;
 
 /// This rank's communicators and its state: what every MPI call goes through, under the
 /// cluster's lock.
@@ -40,6 +39,9 @@ pub(super) struct Comm {
     pub(super) timeout: Duration,
     /// The first fault: every later collective fails at once with it.
     pub(super) fault: Option<Problem>,
+    /// The watchdog of blocking all-reduces ([`Collectives::Watched`](super::Collectives));
+    /// `None`: they are non-blocking and polled.
+    pub(super) watch: Option<Arc<Watch>>,
 }
 
 /// Buffers that a call in flight reads or writes, and its requests. The buffers' memory is
@@ -60,6 +62,12 @@ impl<B> Flight<B> {
 
     pub(super) fn buffers(&mut self) -> &mut B {
         &mut self.buffers
+    }
+
+    /// The buffers of a flight whose calls were all blocking (none is in flight).
+    pub(super) fn into_buffers(self) -> B {
+        debug_assert!(self.requests.is_empty(), "calls in flight");
+        self.buffers
     }
 
     /// Adds a call in flight; `start` makes it, over memory of the buffers only.
@@ -137,7 +145,7 @@ impl Comm {
             }
             let waited = start.elapsed();
             if waited >= self.timeout {
-                let missing = self.missing(step);
+                let missing = super::watch::missing(self.diag, self.rank, self.ranks, step);
                 let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
                 return Err(self.faulted(Problem::Stalled {
                     operation,
@@ -153,82 +161,10 @@ impl Comm {
             }
         }
     }
-
-    /// After a missed deadline: tells every other rank that this one is alive and listens,
-    /// for a moment, for the others to say so too. Returns the ranks not heard from.
-    fn missing(&mut self, step: i64) -> Vec<usize> {
-        // Forgotten below: a send to a rank that hangs may never complete.
-        let word: &'static [i64; 1] = Box::leak(Box::new([step]));
-        for to in (0..self.ranks).filter(|&r| r != self.rank) {
-            // SAFETY: the buffer is leaked (lives for ever), one i64 of the datatype given;
-            // the request is dropped uncompleted on purpose (nothing waits for a rank that
-            // may never receive).
-            unsafe {
-                let mut request: ffi::MPI_Request = std::mem::zeroed();
-                ffi::MPI_Isend(
-                    word.as_ptr().cast(),
-                    1,
-                    ffi::RSMPI_INT64_T,
-                    to as c_int,
-                    ALIVE_TAG,
-                    self.diag.0,
-                    &mut request,
-                );
-            }
-        }
-        let mut heard = vec![false; self.ranks];
-        heard[self.rank] = true;
-        let grace = Instant::now();
-        while grace.elapsed() < GRACE && heard.iter().any(|h| !h) {
-            let mut found: c_int = 0;
-            // SAFETY: a status is plain data, written by MPI_Iprobe when it finds a message.
-            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            // SAFETY: `found` and `status` are valid for writes; the communicator is ours.
-            let rc = unsafe {
-                ffi::MPI_Iprobe(
-                    ffi::RSMPI_ANY_SOURCE,
-                    ALIVE_TAG,
-                    self.diag.0,
-                    &mut found,
-                    &mut status,
-                )
-            };
-            if rc != 0 {
-                break;
-            }
-            if found == 0 {
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            let mut from = [0i64; 1];
-            // SAFETY: receives the one i64 just probed into `from`, which holds one.
-            unsafe {
-                ffi::MPI_Recv(
-                    from.as_mut_ptr().cast(),
-                    1,
-                    ffi::RSMPI_INT64_T,
-                    status.MPI_SOURCE,
-                    ALIVE_TAG,
-                    self.diag.0,
-                    ffi::RSMPI_STATUS_IGNORE,
-                );
-            }
-            if let Some(h) = usize::try_from(status.MPI_SOURCE)
-                .ok()
-                .and_then(|r| heard.get_mut(r))
-            {
-                *h = true;
-            }
-        }
-        (0..self.ranks).filter(|&r| !heard[r]).collect()
-    }
 }
 
 /// How long a rank polls without yielding its core.
 const SPIN: Duration = Duration::from_micros(50);
-
-/// How long a rank listens for the others after a missed deadline.
-const GRACE: Duration = Duration::from_millis(1000);
 
 /// `Ok` for `MPI_SUCCESS`, else the library's text for `rc`.
 pub(super) fn checked(call: &'static str, rc: c_int) -> Result<(), Problem> {

@@ -14,8 +14,9 @@ use mpi::datatype::Equivalence;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use ndarray::NdFloat;
+use smallvec::SmallVec;
 
-use super::comm::{Comm, Flight};
+use super::comm::{checked, Comm, Flight};
 use crate::distributed::{AllReduceStats, Problem};
 use crate::{Element, OwnedSnapshot};
 
@@ -144,38 +145,70 @@ impl Comm {
         let dtype = A::equivalent_datatype().as_raw();
         let comm = self.data.0;
         let mut flight = Flight::new((sums, send, recv));
-        for bucket in &plan.buckets {
-            let (sums, send, recv) = flight.buffers();
-            let (from, to) = match bucket {
-                Bucket::Packed(items) => {
-                    let at = plan.send_at[items.start].expect("a packed item");
-                    (send[at..].as_ptr(), &mut recv[plan.span(items)])
+        let (sums, send, recv) = flight.buffers();
+        // Each bucket's send and receive memory: in the flight's buffers, disjoint in the
+        // receive buffer.
+        let calls: SmallVec<[(*const A, *mut A, c_int); 8]> = plan
+            .buckets
+            .iter()
+            .map(|bucket| {
+                let (from, to) = match bucket {
+                    Bucket::Packed(items) => {
+                        let at = plan.send_at[items.start].expect("a packed item");
+                        (send[at..].as_ptr(), &mut recv[plan.span(items)])
+                    }
+                    Bucket::Alone(item) => (
+                        standard(&sums[*item]).as_ptr(),
+                        &mut recv[plan.spans[*item].clone()],
+                    ),
+                };
+                let n = c_int::try_from(to.len()).expect("fewer than 2^31 elements");
+                (from, to.as_mut_ptr(), n)
+            })
+            .collect();
+        stats.buckets += calls.len() as u64;
+        let (_, send, mut recv) = match &self.watch {
+            // Blocking calls, one bucket after the other, under the watchdog.
+            Some(watch) => {
+                watch.arm("all-reduce", step);
+                for &(from, to, n) in &calls {
+                    // SAFETY: `from` and `to` point into memory the flight owns (the
+                    // snapshots' versions, the send and receive buffers' heap memory), `n`
+                    // elements of `dtype` each; the call returns when it is done with them.
+                    let rc = unsafe {
+                        ffi::MPI_Allreduce(from.cast(), to.cast(), n, dtype, ffi::RSMPI_SUM, comm)
+                    };
+                    if let Err(problem) = checked("MPI_Allreduce", rc) {
+                        watch.disarm();
+                        std::mem::forget(flight);
+                        return Err(self.faulted(problem));
+                    }
                 }
-                Bucket::Alone(item) => (
-                    standard(&sums[*item]).as_ptr(),
-                    &mut recv[plan.spans[*item].clone()],
-                ),
-            };
-            let (to, n) = (to.as_mut_ptr(), c_int::try_from(to.len()).expect("< 2^31"));
-            flight.start("MPI_Iallreduce", |request| {
-                // SAFETY: `from` and `to` point into memory the flight owns (the snapshots'
-                // versions, the send and receive buffers' heap memory), `n` elements of
-                // `dtype` each, and buckets do not overlap in the receive buffer.
-                unsafe {
-                    ffi::MPI_Iallreduce(
-                        from.cast(),
-                        to.cast(),
-                        n,
-                        dtype,
-                        ffi::RSMPI_SUM,
-                        comm,
-                        request,
-                    )
+                watch.disarm();
+                flight.into_buffers()
+            }
+            // Every bucket in flight at once, polled against the deadline.
+            None => {
+                for &(from, to, n) in &calls {
+                    flight.start("MPI_Iallreduce", |request| {
+                        // SAFETY: as above; the flight keeps the memory until the calls
+                        // complete, or for ever.
+                        unsafe {
+                            ffi::MPI_Iallreduce(
+                                from.cast(),
+                                to.cast(),
+                                n,
+                                dtype,
+                                ffi::RSMPI_SUM,
+                                comm,
+                                request,
+                            )
+                        }
+                    })?;
                 }
-            })?;
-            stats.buckets += 1;
-        }
-        let (_, send, mut recv) = flight.land(self, "all-reduce", step)?;
+                flight.land(self, "all-reduce", step)?
+            }
+        };
         let failed_ranks = recv[flags.clone()]
             .iter()
             .enumerate()

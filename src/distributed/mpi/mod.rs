@@ -5,6 +5,7 @@ mod collective;
 mod comm;
 mod fused;
 mod transport;
+mod watch;
 
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +28,24 @@ pub const DEFAULT_BUCKET_BYTES: usize = 4 << 20;
 
 /// The default deadline of a collective.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How the replicas' all-reduces wait for the other ranks ([`ClusterBuilder::collectives`]).
+/// The small collectives (the start's checks and broadcast, digests, a checkpoint's
+/// outcome) are always polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Collectives {
+    /// Blocking `MPI_Allreduce`s (the library's tuned algorithms), one bucket after the
+    /// other, under a watchdog thread: one that outlives the deadline makes the watchdog
+    /// print [`Problem::Stalled`] (naming the ranks that did not answer) and abort the job.
+    /// The step's caller never sees that error. Needs `MPI_THREAD_MULTIPLE`. The default.
+    Watched,
+    /// Non-blocking `MPI_Iallreduce`s, every bucket in flight at once, polled against the
+    /// deadline: a missed one returns [`Problem::Stalled`] from the step, and the cluster's
+    /// drop then aborts the job. Open MPI's non-blocking collectives are slower than its
+    /// blocking ones below some megabytes (docs/mpi.md).
+    Polled,
+}
 
 /// This process as one rank of an MPI job (started by `mpirun`): MPI is initialized when
 /// it is made and finalized when the last clone (and the last replicas over it) is dropped.
@@ -64,6 +83,7 @@ pub struct Cluster {
 pub struct ClusterBuilder {
     timeout: Duration,
     bucket_bytes: usize,
+    collectives: Collectives,
 }
 
 #[derive(Debug)]
@@ -72,6 +92,7 @@ pub(super) struct Shared {
     rank: usize,
     ranks: usize,
     bucket_bytes: usize,
+    watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
     universe: Mutex<Option<UniverseCell>>,
 }
 
@@ -105,8 +126,16 @@ impl ClusterBuilder {
         self
     }
 
-    /// Initializes MPI (`MPI_THREAD_SERIALIZED`: any thread may call MPI, one at a time)
-    /// and joins the job.
+    /// How the all-reduces wait (default [`Collectives::Watched`]).
+    pub fn collectives(mut self, collectives: Collectives) -> Self {
+        self.collectives = collectives;
+        self
+    }
+
+    /// Initializes MPI and joins the job. The thread level asked for is
+    /// `MPI_THREAD_SERIALIZED` (any thread calls MPI, one at a time: the cluster serializes
+    /// its calls), or `MPI_THREAD_MULTIPLE` for [`Collectives::Watched`] (the watchdog
+    /// calls MPI while a blocked all-reduce is in progress).
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] for a zero timeout or bucket size;
@@ -127,11 +156,15 @@ impl ClusterBuilder {
             rank: 0,
             problem: Problem::Unavailable(why),
         };
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+        let needed = match self.collectives {
+            Collectives::Watched => Threading::Multiple,
+            Collectives::Polled => Threading::Serialized,
+        };
+        let (universe, threading) = mpi::initialize_with_threading(needed)
             .ok_or_else(|| unavailable("MPI is initialized already in this process".into()))?;
-        if threading < Threading::Serialized {
+        if threading < needed {
             return Err(unavailable(format!(
-                "the library provides thread level {threading:?}, Serialized is needed"
+                "the library provides thread level {threading:?}, {needed:?} is needed"
             )));
         }
         let world = universe.world();
@@ -152,13 +185,22 @@ impl ClusterBuilder {
             checked(what, rc).map_err(|problem| Error::Distributed { rank, problem })?;
             Ok(Handle(comm))
         };
+        let (data, diag) = (dup("MPI_Comm_dup")?, dup("MPI_Comm_dup")?);
+        let (watch, watchdog) = match self.collectives {
+            Collectives::Watched => {
+                let (watch, thread) = watch::Watch::start(diag, rank, ranks, self.timeout);
+                (Some(watch), Some(thread))
+            }
+            Collectives::Polled => (None, None),
+        };
         let comm = Comm {
-            data: dup("MPI_Comm_dup")?,
-            diag: dup("MPI_Comm_dup")?,
+            data,
+            diag,
             rank,
             ranks,
             timeout: self.timeout,
             fault: None,
+            watch,
         };
         Ok(Cluster {
             shared: Arc::new(Shared {
@@ -166,6 +208,7 @@ impl ClusterBuilder {
                 rank,
                 ranks,
                 bucket_bytes: self.bucket_bytes,
+                watchdog: Mutex::new(watchdog),
                 universe: Mutex::new(Some(UniverseCell(universe))),
             }),
         })
@@ -178,6 +221,7 @@ impl Cluster {
         ClusterBuilder {
             timeout: DEFAULT_TIMEOUT,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
+            collectives: Collectives::Watched,
         }
     }
 
@@ -238,14 +282,29 @@ impl Drop for Shared {
     fn drop(&mut self) {
         let comm = self.comm.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(fault) = &comm.fault {
-            eprintln!(
-                "mvtensor: rank {} of {}: {fault}; aborting the job",
+            // One write: the ranks' lines interleave in mpirun's output.
+            let line = format!(
+                "mvtensor: rank {} of {}: {fault}; aborting the job\n",
                 comm.rank, comm.ranks
             );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             // SAFETY: MPI is initialized (the universe is still held).
             unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
             std::process::abort();
         }
+        if let Some(watch) = comm.watch.take() {
+            watch.stop();
+        }
+        if let Some(thread) = self
+            .watchdog
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // The watchdog returns once stopped; it panics in nothing of ours.
+            let _ = thread.join();
+        }
+        let comm = self.comm.get_mut().unwrap_or_else(|e| e.into_inner());
         for handle in [&mut comm.data, &mut comm.diag] {
             // SAFETY: each duplicate is freed once, with no call in flight on it (every
             // flight landed: there is no fault).
