@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instruction counts of the per-operation costs (benches/instructions.rs, callgrind through
+# Instruction counts of the per-operation costs (bench/benches/instructions.rs, callgrind through
 # gungraun): about 2 minutes, plus about 5 to install the runner when it is missing. The
 # runner must be the version of the gungraun library in Cargo.lock. Needs valgrind.
 #
@@ -13,4 +13,4 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1
 if [[ "$(gungraun-runner --version 2>/dev/null)" != "gungraun-runner $version" ]]; then
     cargo install --locked gungraun-runner --version "$version"
 fi
-exec cargo bench --bench instructions "$@"
+exec cargo bench -p mvtensor-bench --bench instructions "$@"

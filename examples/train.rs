@@ -31,11 +31,14 @@
 //! cargo run --release --example train [-- --threads N --rounds K --epochs E --target L --checkpoint-ms M]
 //! ```
 
-#[allow(unused_imports)] // the harness is shared: this example uses part of it
-#[path = "../benches/harness/mod.rs"]
-mod harness;
+#[path = "train/adam.rs"]
+mod adam;
+#[path = "train/measure.rs"]
+mod measure;
 #[path = "train/mutex.rs"]
 mod mutex;
+#[path = "train/wine.rs"]
+mod wine;
 
 use std::num::NonZeroUsize;
 use std::path::Path;
@@ -50,13 +53,13 @@ use mvtensor::queue::TensorQueue;
 use mvtensor::Store;
 use ndarray::{Array2, Axis, Ix1, Ix2};
 
-use harness::wine::{init, loss_and_grads, wines, Grads, BATCH, FEATURES};
-use harness::workloads::{new_histogram, resident_bytes};
+use measure::{new_histogram, resident_bytes};
+use wine::{init, loss_and_grads, wines, Grads, BATCH, FEATURES};
 
 type Fallible<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// Adam's learning rate on both sides: the Mutex side's Adam is the harness's, which has
-/// this rate and mvtensor's default betas and epsilon built in.
+/// Adam's learning rate on both sides: the Mutex side's Adam (`train/adam.rs`) has this rate
+/// and mvtensor's default betas and epsilon built in.
 const LR: f32 = 1e-3;
 
 /// Stops a side's background checkpoints and returns how many it wrote.

@@ -1,11 +1,11 @@
 //! A Hogwild trainer on mvtensor: 4 threads train one MLP on the wine-quality data, each
 //! reading the parameters, computing a minibatch gradient and applying it, with no lock.
 //! `trainer_mutex.rs` is the same trainer on a `Mutex`; the model is
-//! `benches/harness/wine.rs` (shared with `train.rs` and the report).
+//! `train/wine.rs` (shared with `train.rs` and the benchmarks).
 //!
 //!     cargo run --release --example trainer
 
-#[path = "../benches/harness/wine.rs"]
+#[path = "train/wine.rs"]
 mod wine;
 
 use std::time::Instant;

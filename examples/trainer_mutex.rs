@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --example trainer_mutex
 
-#[path = "../benches/harness/wine.rs"]
+#[path = "train/wine.rs"]
 mod wine;
 
 use std::sync::Mutex;

@@ -2,7 +2,7 @@
 //! `parking_lot::Mutex`, as a trainer without mvtensor shares them. A step copies the
 //! parameters out under the lock (holding it through the forward and backward pass would
 //! serialise the trainers), computes the gradient, and applies Adam under the lock again, on
-//! slices (the harness's Adam: the lock's holder runs the same eight-wide loop as mvtensor's
+//! slices (`adam.rs`: the lock's holder runs the same eight-wide loop as mvtensor's
 //! optimizer). Checkpoints lock, clone, unlock and write a safetensors file with the same
 //! durability as mvtensor's (flushed, renamed into place, the directory flushed).
 
@@ -14,8 +14,8 @@ use std::time::Duration;
 use ndarray::{Array2, ArrayD, ArrayView1, ArrayView2};
 use safetensors::tensor::{Dtype, TensorView};
 
-use super::harness::optimizer::{adam, bias_correction};
-use super::harness::wine::{init, loss_and_grads, Grads};
+use super::adam::{adam, bias_correction};
+use super::wine::{init, loss_and_grads, Grads};
 use super::{Fallible, Side, Stop};
 
 /// The tensors' names in a checkpoint: parameters, then Adam's first and second moments.
