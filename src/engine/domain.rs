@@ -184,7 +184,7 @@ impl Domain {
     }
 
     /// How many nodes the list holds.
-    #[cfg(test)]
+    #[cfg(all(test, not(mvtensor_loom)))]
     pub(crate) fn node_count(&self) -> usize {
         self.nodes().count()
     }
@@ -264,7 +264,7 @@ impl Cache {
     }
 
     /// How many domains this thread holds a node of.
-    #[cfg(test)]
+    #[cfg(all(test, not(mvtensor_loom)))]
     fn len(&self) -> usize {
         self.owned.borrow().len()
     }
@@ -318,7 +318,7 @@ thread_local! {
 }
 
 /// How many domains the calling thread holds a node of.
-#[cfg(test)]
+#[cfg(all(test, not(mvtensor_loom)))]
 pub(crate) fn cached_domains() -> usize {
     CACHE.with(Cache::len)
 }

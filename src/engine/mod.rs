@@ -38,3 +38,15 @@ mod tests;
 #[cfg(all(test, not(mvtensor_loom)))]
 #[path = "tests/threads.rs"]
 mod threads;
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_harness.rs"]
+mod loom_harness;
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_engine_slots.rs"]
+mod loom_engine_slots;
+
+#[cfg(all(test, mvtensor_loom))]
+#[path = "tests/loom_engine_counts.rs"]
+mod loom_engine_counts;

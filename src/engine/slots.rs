@@ -62,8 +62,9 @@ pub(crate) fn protect<'d>(
             _thread: PhantomData,
         });
     }
-    // Release: as the store above.
-    slot.store(ptr::null_mut(), Ordering::Release);
+    // Relaxed: the fence before it is a release fence, so a scan that reads this clear still
+    // sees what the slot's last holder did; the candidate itself was never used.
+    slot.store(ptr::null_mut(), Ordering::Relaxed);
     None
 }
 
