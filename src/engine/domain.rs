@@ -145,19 +145,26 @@ impl Domain {
     /// A node for the calling thread: one an exited thread gave back, or a new one.
     #[cold]
     fn register(&self) -> NonNull<Node> {
-        for node in self.nodes() {
+        // Walked through the list's own pointers, not `nodes()`'s references: the node we
+        // return may be freed through it (`release`), which needs the allocation's provenance.
+        // Acquire: as in `nodes`.
+        let mut next = self.nodes.load(Ordering::Acquire);
+        while let Some(node) = NonNull::new(next) {
+            // SAFETY: on the list, alive while the domain is.
+            let this = unsafe { node.as_ref() };
             // Relaxed pre-check: most nodes are owned. Acquire on the claim: pairs with the
             // exiting owner's Release, so its clears of the slots happen-before our use.
-            if !node.owned.load(Ordering::Relaxed)
-                && node
+            if !this.owned.load(Ordering::Relaxed)
+                && this
                     .owned
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
                 // Relaxed: as `Arc::clone`: the list's reference keeps the node meanwhile.
-                node.refs.fetch_add(1, Ordering::Relaxed);
-                return NonNull::from(node);
+                this.refs.fetch_add(1, Ordering::Relaxed);
+                return node;
             }
+            next = this.next.cast_mut();
         }
         let node = NonNull::from(Box::leak(Box::new(Node {
             slots: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),

@@ -15,12 +15,18 @@ use super::word::Read;
 fn a_thread_that_exits_gives_its_node_to_the_next() {
     let cell = TestCell::new(Domain::new(), vec![0.0]);
     let domain = cell.home.domain();
+    // Joined, not left to the scope's end: a join waits for the thread's thread-local
+    // destructors (which give its node back), the end of a scope does not.
     thread::scope(|s| {
-        s.spawn(|| assert_eq!(cell.read().number, 0));
+        s.spawn(|| assert_eq!(cell.read().number, 0))
+            .join()
+            .unwrap();
     });
     assert_eq!(domain.node_count(), 1);
     thread::scope(|s| {
-        s.spawn(|| assert_eq!(cell.read().number, 0));
+        s.spawn(|| assert_eq!(cell.read().number, 0))
+            .join()
+            .unwrap();
     });
     assert_eq!(
         domain.node_count(),
