@@ -39,6 +39,10 @@ mod tests;
 #[path = "tests/threads.rs"]
 mod threads;
 
+#[cfg(all(test, not(mvtensor_loom), not(miri)))]
+#[path = "tests/measure.rs"]
+mod measure;
+
 #[cfg(all(test, mvtensor_loom))]
 #[path = "tests/loom_harness.rs"]
 mod loom_harness;

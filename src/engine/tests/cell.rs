@@ -69,6 +69,7 @@ impl TestCell {
         Self::new(Domain::standalone(), vec![0.0; len])
     }
 
+    #[inline]
     pub(super) fn read(&self) -> Read<'_, Data> {
         self.home.read()
     }
