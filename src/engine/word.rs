@@ -156,7 +156,10 @@ impl<T> HeadWord<T> {
 
     /// Publishes `new` in place of `base`'s object if the word still shows it; then `base`'s
     /// object is unlinked, its counts moved, and the fence before the scan issued. If another
-    /// writer replaced it first, `new` comes back unpublished.
+    /// writer replaced it first, or the *queued* mark changed since `base` was taken, `new`
+    /// comes back unpublished: a writer that looked at an unmarked word must not publish past
+    /// a mark set meanwhile (it would change a variable a section now holds), so it looks at
+    /// the mark again instead. Counts taken or drained meanwhile only send it round again.
     pub(crate) fn replace(
         &self,
         base: Base<'_, T>,
@@ -189,7 +192,7 @@ impl<T> HeadWord<T> {
                     // SAFETY: just unlinked by our compare-and-swap, counts moved, fenced.
                     return Ok(unsafe { Unlinked::new(base.object) });
                 }
-                Err(now) if now & ADDRESS == base.seen & ADDRESS => current = now,
+                Err(now) if (now ^ base.seen) & (ADDRESS | QUEUED) == 0 => current = now,
                 Err(_) => {
                     // SAFETY: our count; the object's variable is `self`'s, borrowed.
                     unsafe { object::release(base.object) };

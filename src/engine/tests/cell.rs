@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::domain::Domain;
+use super::object::Owned;
 use super::retire::Home;
 use super::word::Read;
 
@@ -96,14 +97,7 @@ impl TestCell {
     /// Builds the next value with `f(old, new)` until it publishes; returns element 0 of the
     /// value it replaced and the new version number.
     fn write(&self, f: impl Fn(&Data, &mut Data)) -> (f32, u64) {
-        let mut new = self
-            .home
-            .spare(|| Data {
-                number: 0,
-                values: vec![0.0; self.len],
-                _live: Live::new(&self.counts),
-            })
-            .expect("an addressable allocation");
+        let mut new = self.spare();
         loop {
             let base = self.home.base();
             f(&base, &mut new);
@@ -114,6 +108,17 @@ impl TestCell {
                 Err(back) => new = back,
             }
         }
+    }
+
+    /// A value to build the next one in: a spare, or a new one.
+    pub(super) fn spare(&self) -> Owned<Data> {
+        self.home
+            .spare(|| Data {
+                number: 0,
+                values: vec![0.0; self.len],
+                _live: Live::new(&self.counts),
+            })
+            .expect("an addressable allocation")
     }
 
     /// Values alive now.

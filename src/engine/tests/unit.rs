@@ -262,3 +262,28 @@ fn the_queued_mark_survives_writes() {
     assert!(!cell.home.word().is_queued());
     assert_eq!(cell.read().values[0], 2.0);
 }
+
+#[test]
+fn a_write_gives_up_when_the_queued_mark_changes_under_it() {
+    let cell = TestCell::zeros(1);
+    let home = &cell.home;
+    // Marked after the writer took its base: the write must not publish past the mark.
+    let base = home.base();
+    home.word().set_queued(true);
+    let back = home
+        .publish(base, cell.spare())
+        .expect_err("the mark changed under the write");
+    // A count taken meanwhile (a read) only sends the write round again.
+    let base = home.base();
+    let read = home.word().read_counted();
+    assert!(home.publish(base, back).is_ok(), "only counts changed");
+    drop(read);
+    assert!(home.word().is_queued());
+    // Cleared under a writer: it gives up too.
+    let base = home.base();
+    home.word().set_queued(false);
+    assert!(
+        home.publish(base, cell.spare()).is_err(),
+        "the mark changed under the write"
+    );
+}
