@@ -9,16 +9,16 @@
 //! protocols on tiny scalar tensors.
 
 #[cfg(not(mvtensor_loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
-#[cfg(not(mvtensor_loom))]
 pub(crate) use std::sync::atomic::AtomicIsize;
+#[cfg(not(mvtensor_loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 // loom models SeqCst *fences* but treats SeqCst accesses as AcqRel, so a protocol that needs
 // a store-load (Dekker) guarantee states it with a fence, which both builds then check.
 #[cfg(mvtensor_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
-#[cfg(mvtensor_loom)]
 pub(crate) use loom::sync::atomic::AtomicIsize;
+#[cfg(mvtensor_loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
 

@@ -41,7 +41,11 @@ impl Job {
             self.output
         );
         let passed = self.output.matches("test result: ok. 1 passed").count();
-        assert_eq!(passed, self.ranks, "ranks that ran the test:\n{}", self.output);
+        assert_eq!(
+            passed, self.ranks,
+            "ranks that ran the test:\n{}",
+            self.output
+        );
     }
 }
 
