@@ -63,8 +63,9 @@ pub struct Store {
     registry: RcuCell<Registry>,
 }
 
-/// The registry: sorted by name, its nodes shared between successive versions.
-pub(crate) type Registry = rpds::RedBlackTreeMapSync<Arc<str>, Entry>;
+/// The registry: sorted by name, its nodes shared between successive versions and counted by
+/// std's `Arc`.
+pub(crate) type Registry = rpds::RedBlackTreeMap<Arc<str>, Entry, archery::ArcK>;
 
 /// One registered variable, type-erased.
 #[derive(Clone)]
@@ -143,7 +144,7 @@ pub struct VariableInfo {
 
 impl Default for RcuCell<Registry> {
     fn default() -> Self {
-        RcuCell::new(Registry::new_sync())
+        RcuCell::new(Registry::new_with_ptr_kind())
     }
 }
 
