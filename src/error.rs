@@ -439,8 +439,8 @@ pub(crate) fn check_indices(variable: &str, bound: usize, indices: &[usize]) -> 
 }
 
 /// `a == b` for shapes, element by element: slice equality calls `memcmp`, which on the empty
-/// shapes of scalars reads through a dangling pointer and takes a microcode assist (~80 ns
-/// measured, a quarter of a scalar `fetch_update`).
+/// shapes of scalars reads through a dangling pointer and takes a microcode assist, a large
+/// part of a scalar `fetch_update`.
 #[inline]
 pub(crate) fn same_shape(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)

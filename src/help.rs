@@ -26,13 +26,8 @@
 //! What it costs: a helper preempted in the middle of a chunk holds the pass up until it
 //! runs again, so chunks are small (a few microseconds each), and only passes over tensors
 //! at least [`HELP_BYTES`] large are split: below that, waking a parked waiter costs about
-//! what it would save. (Measured, AMD EPYC, 2 cores: two writers of 1M f32 went from ~4,800
-//! to ~8,700 updates/s, 4 and 8 writers gained 25-30%, one writer is unchanged; with both
-//! cores also busy with two other processes, 2 writers of 1M f32 did 3,413 updates/s
-//! without helping and 3,306 with it, medians of 12 runs whose spread was 1,280-4,900.
-//! Splitting 64K-element passes too, in 64 KiB chunks, gained 20-30% on idle cores (2 and
-//! 4 writers, medians of 12 runs) but lost 10-14% at 4 writers beside those two processes,
-//! waking parked writers or not: not done.)
+//! what it would save, and on cores busy with other processes it costs more than it saves
+//! (docs/benchmarks.md has the figures).
 
 use std::ptr;
 

@@ -102,11 +102,11 @@
 //! # How it works
 //!
 //! Each variable has a *head*: one atomic pointer to its newest version. A version holds
-//! the tensor, its number, and a *commit record*. A write installs its new version with a
-//! compare-and-swap on the head, then commits the record by drawing a timestamp from a
-//! global commit clock. Readers only show committed versions; while the newest one is still
-//! committing they fall back to the one before it, which the new version keeps reachable
-//! until it commits.
+//! the tensor, its number, and a *commit record*. A write of one variable reads its
+//! timestamp from the commit clock and installs its new version, already committed, with a
+//! compare-and-swap on the head. Readers only show committed versions: while a critical
+//! section's versions are installed but not yet committed, readers fall back to the one
+//! before each, which the new version keeps reachable until its record commits.
 //!
 //! A variable that belongs to a critical section has its head marked *queued*: every write
 //! to it then takes a ticket on the variable's FIFO queue. An execution takes its tickets in

@@ -1,9 +1,10 @@
 //! Commit records: when a write becomes visible, and at which timestamp.
 //!
-//! Every version points to the commit record of the write that made it. A write (one
-//! variable, or every variable of a critical-section execution) first *installs* its new
-//! versions with a *pending* record, then *commits* the record with a timestamp read from the
-//! global clock. A version is visible exactly when its record is committed; one record shared
+//! Every version points to the commit record of the write that made it. A write of one
+//! variable reads the clock and installs its version already committed. A critical-section
+//! execution that writes several variables first *installs* its new versions with a
+//! *pending* record, then *commits* the record with a timestamp read from the global clock.
+//! A version is visible exactly when its record is committed; one record shared
 //! by several versions makes them visible together.
 //!
 //! Only store snapshots move the clock: a snapshot *ticks* it (`S = clock++`) and shows the

@@ -185,8 +185,7 @@ impl<A: Element + NdFloat> OptimizerBuilder<A> {
     pub fn build(mut self) -> Result<Optimizer<A>> {
         let name = self.checked_name()?;
         if self.params.is_empty() {
-            // Every step would do nothing (a user's review expected an error, as PyTorch's
-            // "empty parameter list").
+            // Every step would do nothing: an error, as PyTorch's "empty parameter list".
             return Err(crate::Error::InvalidSetting {
                 owner: format!("optimizer `{name}`"),
                 setting: "params",

@@ -117,10 +117,9 @@ impl<A: NdFloat> Rule<A> {
 }
 
 /// `max / norm` when the global L2 norm of `grads` exceeds `max`, else 1. The squares are
-/// summed in `f64` whatever `A` is: summed in `f32`, each square was lost once the sum was
-/// ~2^24 times larger, so a model of tens of millions of parameters got too small a norm and
-/// too large a clipped step (all-ones gradients over 2^26 elements: a clipped step of norm
-/// 2 for a `max` of 1; found by an audit). `max / norm` is computed in `f64` too.
+/// summed in `f64` whatever `A` is: summed in `f32`, each square is lost once the sum is
+/// ~2^24 times larger, so a model of tens of millions of parameters would get too small a
+/// norm and too large a clipped step. `max / norm` is computed in `f64` too.
 pub(super) fn clip_scale<A: NdFloat>(grads: &[(&[usize], Cow<'_, [A]>)], max: A) -> A {
     let wide = |x: A| x.to_f64().unwrap_or(f64::NAN);
     let squares: f64 = grads
@@ -403,8 +402,8 @@ mod tests {
 /// multiplications of Rust's `powi` (compiler-builtins' `__powisf2` and `__powidf2`, what it
 /// calls where the exponent is not a constant), in the same order, until the rest can only
 /// make `beta^n` too small to change `1 - beta^n`. `powi` goes on squaring into the
-/// subnormal range, where a multiplication takes a microcode assist: the two of a step took
-/// ~11% of an Adam step over 1,024 f32 at step 10^6 (perf, AMD EPYC).
+/// subnormal range, where a multiplication takes a microcode assist, a large part of a small
+/// Adam step late in training.
 fn one_minus_power<A: NdFloat>(beta: A, mut n: u32) -> A {
     // `1 - x` rounds to 1 for every `x` up to half the spacing of the floats below 1.
     let two = A::one() + A::one();

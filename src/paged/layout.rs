@@ -8,12 +8,10 @@ use std::sync::Arc;
 const TYPICAL_PAGES_PER_WRITE: usize = 32;
 
 /// What one more level of nodes costs a write when the shape is chosen, in copied bytes: a
-/// dependent load, often a cache miss, per page on every read and write. Measured on 100k
-/// one-row pages, 32 rows a write: one level of 64 entries, two of 16 or 32 within noise of
-/// each other on one thread with uniform rows, three levels 5-15% slower, and two levels of
-/// 16 ~7% fewer Zipf updates/s than one of 64 at 1-4 threads. With it, 100k pages keep one
-/// level of 64 (a 12 KiB root), 1M pages get two of 32 (8 KiB) and 10M three of 32 (2.4
-/// KiB), where one level of 64 would copy 122 KiB and 1.2 MiB of root per write.
+/// dependent load, often a cache miss, per page on every read and write, weighed against the
+/// root a write copies. With it, 100k pages keep one level of 64 (a 12 KiB root), 1M pages
+/// get two of 32 (8 KiB) and 10M three of 32 (2.4 KiB), where one level of 64 would copy
+/// 122 KiB and 1.2 MiB of root per write.
 const LEVEL_BYTES: usize = 24 * 1024;
 
 /// Pages aim at this many bytes by default: a sparse write copies whole pages, so small ones

@@ -5,12 +5,10 @@
 //! the two spares of [`limbo::spares`](crate::limbo::spares) are enough. Under contention it
 //! comes back a write or two late (a combining pass's holder reclaims what its passes
 //! replaced only once its own write returns, and a descheduled thread holds grace periods
-//! up): the trim after one commit freed a spare that the next write then missed, so that
-//! write allocated a fresh buffer (1,024 page faults for 4 MiB) and a later trim freed one
-//! again. Measured (write-heavy 1M f32 from 4 threads on 2 cores, 0.7 s runs, 9 alternated
-//! runs of both builds): ~180 fresh buffers a run, a pass in sixteen, at ~6.5 k updates/s;
-//! with a third spare ~16 and ~9.6 k (8 threads: ~10.9 k -> ~13.8 k; 1 and 2 threads
-//! unchanged); a fourth spare did no better.
+//! up): a trim after one commit can free a spare that the next write then misses, so that
+//! write allocates a fresh buffer (a page fault per 4 KiB) and a later trim frees one again.
+//! A third spare while several writers are under way removes most of those allocations; a
+//! fourth does no better.
 //!
 //! So the delta writes of a large variable (`assign_add`, `assign_sub`, `scaled_add`, row
 //! updates: everything that goes through combining) count themselves in, and a trim keeps a
