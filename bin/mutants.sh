@@ -82,7 +82,7 @@ MUTATIONS=(
   "src/engine/retire.rs#                    && unsafe { object::count(object) }.load(Ordering::Acquire) == 0#                    && unsafe { object::count(object) }.load(Ordering::Relaxed) == 0#lib:loom_engine"
   "src/engine/retire.rs#                Ordering::Release,\n                Ordering::Relaxed,\n            ) {\n                Ok(_) => return true,#                Ordering::Relaxed,\n                Ordering::Relaxed,\n            ) {\n                Ok(_) => return true,#lib:loom_engine"
   "src/engine/retire.rs#let word = self.word.swap(0, Ordering::Acquire);#let word = self.word.swap(0, Ordering::Relaxed);#lib:loom_engine"
-  "src/engine/retire.rs#if self.free.is_empty() || self.retired.len() > self.kept.load(Ordering::Relaxed) {#if false {#lib:loom_engine"
+  "src/engine/retire.rs#if self.free.is_empty() || newcomers || (retired > 0 && self.due()) {#if false {#lib:loom_engine"
 )
 
 only="${1:-}"

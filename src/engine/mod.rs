@@ -10,9 +10,9 @@
 //!   compare-and-swap that moves the word's counts into the object it unlinks.
 //! * [`retire`]: a variable's home: its word and domain, the free list and the retired list.
 //!
-//! Imports run one way: `retire` -> `word` -> `slots` -> `domain`, and every one of them ->
-//! `object`, which imports none. docs/design.md, "Engine: reclamation by hazard slots", says
-//! why each ordering is what it is.
+//! Imports run one way: `retire` -> `word` -> `slots` -> `domain`, and `retire` and `word`
+//! -> `object`; `object` and `domain` import no other engine module. docs/design.md, "Engine:
+//! reclamation by hazard slots", says why each ordering is what it is.
 
 // The public types move onto this layer next; until then only its tests use it.
 #![cfg_attr(not(test), allow(dead_code))]

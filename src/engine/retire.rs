@@ -33,6 +33,10 @@ pub(crate) const SPARES: usize = 2;
 /// Objects a recheck looks at in one pass over the slots.
 const BATCH: usize = 64;
 
+/// Writes after which objects still on the retired list are looked at again, so that one whose
+/// reader has let go comes back although no newcomer joined the list and spares remain.
+pub(crate) const RECHECK_AFTER: usize = 64;
+
 /// A list of objects: the address of the first, and the length (saturating) above it.
 struct Stack<T> {
     word: AtomicUsize,
@@ -115,6 +119,8 @@ pub(crate) struct Home<T> {
     retired: Stack<T>,
     /// How many retired objects the last recheck found held: a longer list has newcomers.
     kept: AtomicUsize,
+    /// Writes since the last recheck, counted while the retired list is not empty.
+    since: AtomicUsize,
 }
 
 // SAFETY: objects are reached (`&T`) and dropped from any thread that uses the home.
@@ -131,13 +137,15 @@ impl<T> Home<T> {
             free: Stack::new(),
             retired: Stack::new(),
             kept: AtomicUsize::new(0),
+            since: AtomicUsize::new(0),
         })
     }
 
     /// The current object (wait-free).
     #[inline]
     pub(crate) fn read(&self) -> Read<'_, T> {
-        self.word.read(&self.domain)
+        // SAFETY: the home's writers scan its own domain before they reuse an object.
+        unsafe { self.word.read(&self.domain) }
     }
 
     /// The head word (for its mark, and the models' direct use of its paths).
@@ -156,11 +164,14 @@ impl<T> Home<T> {
 
     /// An object to build the next value in: a spare (with whatever value it had), or a new
     /// one made by `make`. The retired objects are looked at again first if there are no
-    /// spares, or if objects joined them since their last look (so that they come back at the
-    /// next write, and one held for long costs one look, not one a write).
+    /// spares, if objects joined them since their last look, or every [`RECHECK_AFTER`] writes
+    /// while some wait: so they come back soon after their readers let go, and one held for
+    /// long costs a look every so many writes, not one a write.
     pub(crate) fn spare(&self, make: impl FnOnce() -> T) -> Result<Owned<T>, Unaddressable> {
+        let retired = self.retired.len();
         // Relaxed: a heuristic; a stale value only moves a recheck by a write.
-        if self.free.is_empty() || self.retired.len() > self.kept.load(Ordering::Relaxed) {
+        let newcomers = retired > self.kept.load(Ordering::Relaxed);
+        if self.free.is_empty() || newcomers || (retired > 0 && self.due()) {
             self.recheck();
         }
         let Some(first) = self.free.take_all() else {
@@ -212,9 +223,20 @@ impl<T> Home<T> {
         }
     }
 
+    /// Counts a write while retired objects wait; whether a recheck is due.
+    fn due(&self) -> bool {
+        // Relaxed, and a load and a store rather than an increment: a count of writes that a
+        // concurrent writer may lose one of only moves the next recheck by a write.
+        let since = self.since.load(Ordering::Relaxed) + 1;
+        self.since.store(since, Ordering::Relaxed);
+        since >= RECHECK_AFTER
+    }
+
     /// Looks again at the retired objects: the free ones go back, the rest stay.
     #[cold]
     fn recheck(&self) {
+        // Relaxed: a heuristic (see `due`).
+        self.since.store(0, Ordering::Relaxed);
         let mut rest = self.retired.take_all();
         let mut kept = 0;
         while rest.is_some() {

@@ -67,9 +67,13 @@ impl<T> HeadWord<T> {
     }
 
     /// The current object, protected by a slot of this thread's node in `domain` or by a
-    /// count. `domain` must be the one whose writers retire this word's objects.
+    /// count.
+    ///
+    /// # Safety
+    /// `domain` is the one whose slots this word's writers scan before they reuse an object
+    /// (its [`Home`](super::retire::Home)'s): a slot in another domain protects nothing.
     #[inline]
-    pub(crate) fn read<'a>(&'a self, domain: &'a Domain) -> Read<'a, T> {
+    pub(crate) unsafe fn read<'a>(&'a self, domain: &'a Domain) -> Read<'a, T> {
         // Relaxed: a candidate only; nothing is dereferenced before the validating load below.
         let candidate = self.word.load(Ordering::Relaxed) & ADDRESS;
         let slot = slots::protect(
@@ -222,6 +226,7 @@ impl<T> HeadWord<T> {
     /// The counts the word carries now.
     #[cfg(all(test, not(mvtensor_loom)))]
     pub(crate) fn counts(&self) -> usize {
+        // Relaxed: a test's look, with no other thread using the word.
         counts(self.word.load(Ordering::Relaxed))
     }
 }

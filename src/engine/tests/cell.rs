@@ -121,7 +121,8 @@ impl TestCell {
             .expect("an addressable allocation")
     }
 
-    /// Values alive now.
+    /// Values alive now. Relaxed, here and below: a statistic, read after the threads that
+    /// changed it were joined or by the one thread that did.
     pub(super) fn live(&self) -> usize {
         self.counts.live.load(Ordering::Relaxed)
     }

@@ -89,7 +89,8 @@ fn loom_engine_d_a_slot_turned_into_a_count_against_a_scan() {
 
 /// (e) Two writers and a counted reader. A writer whose base count reaches the drain threshold
 /// moves every count, the other writer's among them, into the object; the other writer's swap
-/// then reads the drain's release sequence (its Acquire) before it looks at the count. And an
+/// then reads the drain's release sequence (the Acquire of the fence after it) before it looks
+/// at the count. And an
 /// object the reader's drop frees goes through the free list from one writer to the other,
 /// whose Release and Acquire are then what orders the reader's reads before its reuse.
 #[test]

@@ -10,6 +10,7 @@ use super::cell::TestCell;
 use super::domain::{cached_domains, Domain};
 use super::retire::Home;
 use super::word::Read;
+use crate::sync::Ordering;
 
 #[test]
 fn a_thread_that_exits_gives_its_node_to_the_next() {
@@ -131,6 +132,16 @@ fn a_guard_kept_in_a_thread_local_outlives_the_threads_cache() {
     .join()
     .unwrap();
     assert!(home.domain().node_count() <= 2);
+    // Both threads have exited: every guard is dropped, so no slot of any node is taken.
+    for node in home.domain().nodes() {
+        for slot in &node.slots {
+            // Relaxed: the threads that stored into it were joined.
+            assert!(
+                slot.load(Ordering::Relaxed).is_null(),
+                "a slot outlived its thread"
+            );
+        }
+    }
     // SAFETY: leaked above; the threads that used it have exited, their thread-locals with
     // them, so nothing borrows it any more.
     drop(unsafe { Box::from_raw(raw) });

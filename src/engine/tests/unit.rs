@@ -7,7 +7,7 @@ use std::thread;
 
 use super::cell::TestCell;
 use super::domain::{Domain, SLOTS};
-use super::retire::SPARES;
+use super::retire::{RECHECK_AFTER, SPARES};
 
 /// `full` normally, `miri` under miri.
 fn size(full: usize, miri: usize) -> usize {
@@ -168,7 +168,17 @@ fn a_reader_holding_one_guard_forever_holds_back_only_its_object() {
         assert!(peak <= 2 + SPARES, "{peak} live objects at the peak");
         done_tx.send(()).unwrap();
     });
-    cell.assign_add(&[1.0; 16]);
+    // Its reader let go: within a recheck's period of writes it is back, with no newcomer on
+    // the retired list and spares on the free list all along.
+    assert_eq!(
+        cell.home.listed().1,
+        1,
+        "the held object waits on the retired list"
+    );
+    for _ in 0..RECHECK_AFTER {
+        cell.assign_add(&[1.0; 16]);
+    }
+    assert_eq!(cell.home.listed().1, 0, "the retired list is empty again");
     assert!(cell.live() <= 1 + SPARES);
 }
 
