@@ -52,20 +52,20 @@ impl StoreSnapshot {
             if let Some(layout) = &captured.layout {
                 metadata.insert(format!("{LAYOUT}{name}"), layout.to_string());
             }
-            let dtype = dtype_out(captured.dtype);
-            let len = captured
-                .shape
-                .iter()
-                .try_fold(dtype.bitsize() as u64 / 8, |n, &d| n.checked_mul(d as u64))
+            let len = byte_len(captured)
                 .ok_or_else(|| format!("`{name}`: {:?} elements overflow", captured.shape))?;
             tensors.push((&**name, captured, len));
         }
         // The entries are sorted by name already; a stable sort keeps that within a dtype.
         tensors.sort_by_key(|&(_, captured, _)| std::cmp::Reverse(dtype_out(captured.dtype)));
-        let header = header(&metadata, &tensors)?;
-        let len = tensors
+        // Checked before the header is written: every tensor's end offset is at most this.
+        let data = tensors
             .iter()
-            .try_fold(header.len() as u64, |n, &(_, _, len)| n.checked_add(len))
+            .try_fold(0u64, |n, &(_, _, len)| n.checked_add(len))
+            .ok_or("the tensors' bytes overflow a file length")?;
+        let header = header(&metadata, &tensors)?;
+        let len = data
+            .checked_add(header.len() as u64)
             .ok_or("the tensors' bytes overflow a file length")?;
         Ok(Plan {
             header,
@@ -96,7 +96,22 @@ impl Plan<'_> {
     }
 }
 
-/// The length prefix and the JSON header, padded with spaces to a multiple of 8 bytes.
+/// The bytes of `captured`'s elements: none if an axis is 0 (whatever the others, as the
+/// loader accepts `[2^62, 0]`), else the checked product of its shape and element size;
+/// `None` past `u64`.
+fn byte_len(captured: &Captured) -> Option<u64> {
+    if captured.shape.contains(&0) {
+        return Some(0);
+    }
+    let size = dtype_out(captured.dtype).bitsize() as u64 / 8;
+    captured
+        .shape
+        .iter()
+        .try_fold(size, |n, &d| n.checked_mul(d as u64))
+}
+
+/// The length prefix and the JSON header, padded with spaces to a multiple of 8 bytes. The
+/// tensors' lengths must sum within `u64` (checked by the caller), so no offset overflows.
 fn header(
     metadata: &BTreeMap<String, String>,
     tensors: &[(&str, &Captured, u64)],
