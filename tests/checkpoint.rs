@@ -17,6 +17,15 @@ fn scratch() -> tempfile::TempDir {
     tempfile::tempdir().expect("a scratch directory")
 }
 
+/// A checkpoint of `header` (JSON) and `data`, as safetensors lays them out: the header's
+/// length (8 bytes, little-endian), the header, the data.
+pub(crate) fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
 fn is_checkpoint_error(err: &Error, file: &Path) -> bool {
     matches!(err, Error::Checkpoint { file: f, .. } if f == &file.display().to_string())
 }
@@ -293,12 +302,6 @@ fn bad_files_are_typed_errors_never_panics() {
             b
         }),
     ];
-    let with_header = |json: &str, data: &[u8]| {
-        let mut b = (json.len() as u64).to_le_bytes().to_vec();
-        b.extend_from_slice(json.as_bytes());
-        b.extend_from_slice(data);
-        b
-    };
     cases.push((
         "offsets out of range",
         with_header(

@@ -5,20 +5,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::checkpoint::with_header;
 use crate::common;
 
 use mvtensor::checkpoint::Restore;
 use mvtensor::{Error, Store};
 use ndarray::{arr0, Array1, Array2, Ix1, Ix2};
 use safetensors::tensor::{Dtype, TensorView};
-
-/// A checkpoint of `header` (JSON) and `data`, as safetensors lays them out.
-fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    bytes
-}
 
 /// The problem of a checkpoint error, or a failure naming what came instead.
 fn problem<T>(result: mvtensor::Result<T>) -> String {
