@@ -1,54 +1,21 @@
 //! What a save costs and leaves: it streams the snapshot into the file (no buffer of a
 //! table's or a tensor's size: the largest allocation during a save is counted by this
-//! binary's allocator, which is why these tests have a process of their own), and the file's
-//! permissions follow the process's umask (process-wide, so only this binary sets it).
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+//! binary's allocator, `tests/counting`, which is why these tests have a process of their
+//! own), and the file's permissions follow the process's umask (process-wide, so only this
+//! binary sets it).
 
 use mvtensor::checkpoint::Checkpoints;
 use mvtensor::{PagedVariable, Store};
 use ndarray::{Array1, Array2, Ix1};
 
-/// Forwards to the system allocator and records the largest request.
-struct Largest;
+mod counting;
 
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only records sizes.
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a maximum read after the measured work, by the thread that did it.
-        LARGEST.fetch_max(layout.size(), Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Relaxed: as in `alloc`.
-        LARGEST.fetch_max(new_size, Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Largest = Largest;
-
-/// The largest allocation `work` makes (or that any thread makes meanwhile: the other test
-/// of this binary allocates nothing near the sizes compared here).
-fn largest_allocation(work: impl FnOnce()) -> usize {
-    LARGEST.store(0, Relaxed);
-    work();
-    LARGEST.load(Relaxed)
-}
+use counting::largest_allocation;
 
 /// A 32 MiB paged table and a 16 MiB dense tensor are saved with no allocation of even an
-/// eighth of the smaller: the table goes out page by page and the tensor from its own memory.
-/// (Buffering the table for the file allocated all 32 MiB.) What is written reads back.
+/// eighth of the smaller: the table goes out page by page and the tensor from its own memory,
+/// never through a buffer of either's size. What is written reads back. (The largest request
+/// is counted process-wide: the other test of this binary requests nothing near 2 MiB.)
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_save_streams_tables_and_tensors_into_the_file() {
