@@ -300,16 +300,12 @@ fn stale_temporary_files_of_dead_processes_are_removed() {
     assert_eq!(checkpoints.list().unwrap(), vec![saved]);
 }
 
-/// The id of a process that has exited (and been reaped).
+/// An id no process can have: `pid_max`, one past the largest id the kernel hands out, so
+/// that no process started meanwhile can take it.
 #[cfg(target_os = "linux")]
 fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg("--list")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    assert!(child.wait().unwrap().success());
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap();
+    let pid: u32 = pid_max.trim().parse().unwrap();
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
     pid
 }
