@@ -75,9 +75,9 @@ impl Restore {
     /// Sets the most bytes that reading the file may allocate for its tensors. Before
     /// anything is allocated, every size in the header is checked against what the file holds,
     /// and what reading it would request from the allocator is counted: each variable's values
-    /// (its bytes in the file) and ~1.5 KiB of state; for a paged table loaded by
+    /// (its bytes in the file) and 1.5 KiB of state; for a paged table loaded by
     /// [`Store::load`], its pages beside the values they are built from (the rows, padded to
-    /// whole pages, plus ~16 bytes of tree a page); for a restore, the values it stages and
+    /// whole pages, plus 16 bytes of tree a page); for a restore, the values it stages and
     /// a paged variable's new pages. A file over the budget is [`Error::Checkpoint`] naming
     /// the tensor, the bytes it would need and the budget; nothing is loaded or applied. The
     /// file's own bytes, read whole first, are not counted.
@@ -85,8 +85,9 @@ impl Restore {
     /// The default is 16 times the file's length plus 256 MiB. An honest file fits: dense
     /// values cost their bytes, and the worst paged table, one-row pages of 2-byte rows, 10
     /// times its bytes. A file cannot make the reader allocate far more than it holds: a
-    /// 117-byte header declaring a paged table of 2^33 empty rows (a page tree of ~64 GiB)
-    /// is refused at once. Raise it for hundreds of thousands of tiny tensors, whose
+    /// 117-byte header declaring a paged table of 2^33 empty rows in one-row pages (a page
+    /// tree of 2^33 entries of at least 8 bytes each: 64 GiB) is refused before any of it
+    /// is allocated. Raise it for hundreds of thousands of tiny tensors, whose
     /// variables' state outweighs their header entries; lower it to cap what a file may take.
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.memory_budget = Some(bytes);
@@ -260,8 +261,9 @@ fn register_all(values: Vec<Box<dyn Loaded>>, file: &str) -> Result<Store> {
 /// A tensor of `file` that does not fit its variable, as the restore's error.
 fn misfit(file: &str, e: Error) -> Error {
     let problem = match e {
-        // Said as the file's tensor against the variable: "f32 was asked for" named nothing
-        // the user asked (a user's review).
+        // Said as the file's tensor against the variable of its name: a restore asks for no
+        // dtype, so `DTypeMismatch`'s own wording ("f32 was asked for") would name nothing
+        // the caller asked.
         Error::DTypeMismatch {
             variable,
             expected,

@@ -7,7 +7,8 @@
 //! that ndarray can hold the shape (the product of its non-zero axes within `isize`), our
 //! metadata (a paged table's rows per page), and what a tensor makes *us* allocate beyond its
 //! bytes. A paged table of 2^33 zero-width rows is zero bytes in the file and, in one-row
-//! pages, ~64 GiB of page tree in memory: [`Budget`] refuses it before the first page.
+//! pages, a page tree of 2^33 entries of at least 8 bytes each (64 GiB) in memory: [`Budget`]
+//! refuses it before the first page.
 
 use std::collections::HashMap;
 
@@ -22,12 +23,13 @@ use crate::error::Result;
 // own headers and rounding are the allocator's business), with room to spare.
 
 /// What a variable costs beyond its values: its inner state, first version, name and
-/// registry node (measured: ~1.5 KiB of requests for a scalar variable).
+/// registry node, about what a scalar variable requests, so that many tiny tensors count
+/// what they make the loader allocate, not only their bytes.
 const PER_TENSOR: usize = 1536;
 
 /// What a paged table's page costs beyond its rows: its entry in the table's tree of nodes
-/// (8 bytes at the lowest level, an eighth of that or less above it, and the root: measured
-/// ~8.3 bytes a page).
+/// (8 bytes at the lowest level, an eighth of that or less above it, and the root), with
+/// room to spare.
 pub(super) const TREE_PER_PAGE: usize = 16;
 
 /// Of the default budget: this many times the file's length (above the 10 times of the
