@@ -1,6 +1,6 @@
-//! Issue 12: checkpoints. A store snapshot written as one safetensors file while writers
-//! run, read back into a new store, restored into a running one in one commit; bad files
-//! are typed errors that apply nothing.
+//! Checkpoints: a store snapshot written as one safetensors file while writers run, read
+//! back into a new store, restored into a running one in one commit; bad files are typed
+//! errors that apply nothing.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -264,7 +264,7 @@ fn a_tensor_that_does_not_fit_its_variable_applies_nothing() {
     store.variable("a", arr0(0i64)).unwrap(); // another dtype
     store.variable("w", Array1::<f32>::zeros(4)).unwrap();
     let err = store.restore(&path, Restore::default()).unwrap_err();
-    // Said as the file's tensor against the variable (it said "f32 was asked for").
+    // Said as the file's tensor against the variable of its name, not as a dtype asked for.
     assert!(
         is_checkpoint_error(&err, &path)
             && err
@@ -427,8 +427,8 @@ impl View for Plain {
     }
 }
 
-/// A variable named `__metadata__` (safetensors' header entry) is refused at save: the file
-/// was written (replacing the previous one at its path), and no reader could read it back.
+/// A variable named `__metadata__` (safetensors' header entry) is refused at save: written,
+/// the file would replace the previous one at its path, and no reader could read it back.
 #[test]
 fn a_variable_named_like_the_header_metadata_is_refused_at_save() {
     let store = Store::new();
@@ -445,8 +445,8 @@ fn a_variable_named_like_the_header_metadata_is_refused_at_save() {
 /// A trainer resumes from its checkpoint: a fresh store and optimizer built the same way,
 /// restored, take the next steps bit for bit as the run that was not interrupted (plain
 /// parameters and a packed set, AdamW with a schedule; a soft update's targets restore too).
-/// The optimizers' sections claimed their variables exclusively, which refused the restore's
-/// own section: no trainer could resume (an audit found it).
+/// The restore's section shares the optimizers' variables: an optimizer section that held
+/// them exclusively would refuse it, and no trainer could resume.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_trainer_resumes_from_its_checkpoint_bit_for_bit() {

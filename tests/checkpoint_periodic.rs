@@ -1,4 +1,4 @@
-//! Issue 12: checkpoints kept as a trainer goes: numbered files in a directory
+//! Checkpoints kept as a trainer goes: numbered files in a directory
 //! ([`Checkpoints`]), the newest few kept, saved by hand or from a background thread.
 
 use std::path::Path;
@@ -14,9 +14,9 @@ fn scratch() -> tempfile::TempDir {
 }
 
 /// A trainer resumed from its last checkpoint starts a new process, whose commit clock
-/// starts again: its new files must still sort after its previous run's. (They were named
-/// after the clock alone: with `keep` files from a longer run in the directory, each new save
-/// was the lowest number and was deleted as soon as it was written, its path returned.)
+/// starts again: its new files must still sort after its previous run's. Named after the
+/// clock alone, with `keep` files of a longer run in the directory, each new save would be
+/// the lowest number and be deleted as soon as it is written, its path returned.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_resumed_trainers_checkpoints_sort_after_its_previous_runs() {
@@ -77,8 +77,8 @@ fn saves_through_clones_at_once_all_succeed() {
 }
 
 /// The background checkpointer outlives failed saves: with its directory gone, saves fail,
-/// are counted and keep the error; once the directory is back it saves again. (The first
-/// failure used to end its thread, and nobody knew until `stop`.) A writer keeps writing,
+/// are counted and keep the error; once the directory is back it saves again (a failure
+/// that ended its thread would go unseen until `stop`). A writer keeps writing,
 /// so that every interval has something new to save.
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
@@ -247,7 +247,7 @@ fn stop_and_save_saves_the_last_writes_once() {
 /// What interrupted saves of processes that are gone left is removed, and nothing else: a
 /// temporary file of a dead process's save goes at `new` and at the next `save`; one of this
 /// process (a save in flight on another thread), one of a running process, temporary files of
-/// other targets or tools, and other names stay. (Killed saves piled up 13 files, 272 MiB.)
+/// other targets or tools, and other names stay.
 #[test]
 #[cfg(target_os = "linux")]
 #[cfg_attr(miri, ignore = "file system I/O and processes (miri isolates them)")]

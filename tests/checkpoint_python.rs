@@ -1,4 +1,4 @@
-//! Issue 12, interop: a checkpoint mvtensor writes loads in Python (`safetensors` and
+//! Interop: a checkpoint mvtensor writes loads in Python (`safetensors` and
 //! `numpy`) with identical values, dtypes, shapes and metadata, and a file Python writes
 //! loads in mvtensor. The test is ignored by default (a plain `cargo test` shows it as
 //! ignored, with its reason); `.ci/run` installs the two packages and runs it with

@@ -69,8 +69,8 @@ fn a_save_streams_tables_and_tensors_into_the_file() {
 }
 
 /// A checkpoint's mode is `0o666` less the umask: `0o644` under `0o022`, `0o664` under
-/// `0o002`, `0o600` under `0o077` (files were `0o600` whatever the umask, and another user's
-/// reader could not open them).
+/// `0o002`, `0o600` under `0o077`, so that the umask decides whether another user's reader
+/// can open it.
 #[test]
 #[cfg(unix)]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]

@@ -62,8 +62,8 @@ fn a_queue_no_batch_of_which_could_be_an_array_is_refused_at_construction() {
     assert!(too_large(batch).contains("isize::MAX bytes"));
     // 2^59 f64 a batch of one: 2^62 bytes, an array ndarray accepts (nothing is allocated).
     TensorQueue::<f64>::new("frames", 1, &[1 << 59]).unwrap();
-    // No elements, but an axis no array may have beside others (ndarray refused its batch,
-    // which `dequeue_many` built with `expect`).
+    // No elements, but an axis no array may have beside others: ndarray would refuse the
+    // batch that `dequeue_many` builds, so the queue is refused at `new`.
     let empty = TensorQueue::<i32>::new("frames", 4, &[0, usize::MAX]).unwrap_err();
     assert!(too_large(empty).contains("zero-length"));
     // The edge: a batch of 4 x (0 as 1) x 2^59 i32 counts 2^63 bytes, one past isize::MAX;
@@ -203,9 +203,8 @@ fn producers_and_consumers_hand_over_every_batch_once() {
 }
 
 /// Closed without cancelling, an enqueue waiting for room still completes, and the dequeues
-/// wait for it: they drain it too before they report the queue closed. (They reported it
-/// closed as soon as it was empty, while the enqueue then returned `Ok`: an element lost in
-/// most rounds.)
+/// wait for it: they drain it too before they report the queue closed (reported closed as
+/// soon as it is empty, it would lose the element of an enqueue that returns `Ok`).
 #[test]
 fn a_dequeue_of_a_closed_queue_waits_for_the_enqueues_it_lets_finish() {
     let rounds = if cfg!(miri) { 3 } else { 200 };
@@ -228,8 +227,8 @@ fn a_dequeue_of_a_closed_queue_waits_for_the_enqueues_it_lets_finish() {
 }
 
 /// An enqueue wakes a single `dequeue` even while a `dequeue_many` that one element does
-/// not serve waits too. (The one wake-up went to whichever waited, and when that was the
-/// `dequeue_many`, the `dequeue` slept on beside an element until its timeout.)
+/// not serve waits too (a single wake-up that went to the `dequeue_many` would leave the
+/// `dequeue` asleep beside an element until its timeout).
 #[test]
 #[cfg_attr(miri, ignore = "waits on wall-clock timeouts")]
 fn an_element_wakes_a_dequeue_beside_a_waiting_dequeue_many() {

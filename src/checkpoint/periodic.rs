@@ -172,8 +172,8 @@ impl Checkpoints {
         )?;
         // A message stops the thread: `true` after one last save (`stop_and_save`).
         let (stop, stopped) = mpsc::channel::<bool>();
-        // A handle of its own (the numbering is shared): this one stays for `list` and
-        // `save` (it was taken by value, and a user had to clone it first).
+        // A handle of its own (the numbering is shared), so that `every` borrows the
+        // caller's, which stays theirs for `list` and `save`.
         let checkpoints = self.clone();
         let progress = Arc::new(Mutex::new(Progress::default()));
         let shared = Arc::clone(&progress);
