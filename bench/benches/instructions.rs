@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cargo install --locked gungraun-runner --version 0.20.0   # gungraun's version in Cargo.lock
-//! cargo bench -p mvtensor-bench --bench instructions        # needs valgrind; about 30 s
+//! cargo bench -p mvtensor-bench --bench instructions        # needs valgrind
 //! ```
 //!
 //! Every benchmark runs [`OPS`] operations after a warm-up: the counts are per `OPS`
@@ -34,8 +34,8 @@ const OPS: usize = 100;
 const WARM_UP: usize = 100;
 
 /// The add in place, in AVX2 where the processor has it, as mvtensor's loops: a plain loop
-/// (SSE2 in a default build) counted the width of the loop in mvtensor's favour, about twice
-/// the instructions at 64K and 1M (found by a review of the benchmarks).
+/// (SSE2 in a default build, half the width) would count the width of the loop in
+/// mvtensor's favour at 64K and 1M.
 #[inline(never)]
 fn add_in_place(a: &mut [f32], d: &[f32]) {
     mvtensor_bench::wide::add_in_place(a, d);

@@ -324,9 +324,9 @@ fn probes(plan: CostPlan) -> Vec<(Op, Box<dyn Probe>)> {
     probes.push((Op::PlRwLockRead, Box::new(Reads { s: rwlock, ops })));
     let v = Variable::new(initial(SMALL));
     probes.push((Op::Read, Box::new(Reads { s: v, ops })));
-    // Sixteen times the one-thread rows' count: with rounds of a few milliseconds this ratio
-    // swung between 1.3x and 1.8x from run to run here (the two threads need not run side by
-    // side for a whole round on a shared machine).
+    // Sixteen times the one-thread rows' count: on a shared machine the two threads need not
+    // run side by side for a whole round, and a short round makes the ratio that of however
+    // long they happened to overlap.
     let ops = 16 * plan.ops(SMALL);
     let pl = two_threads::<parking_lot::Mutex<_>>(ops);
     probes.push((Op::PlMutexTwoThreads, pl));

@@ -141,8 +141,8 @@ fn add_rows(t: &mut Array2<f32>, ids: &[usize], ones: &Array2<f32>) {
     }
 }
 
-/// A lock holder's gather, on slices (ndarray's `select` built a view per row and
-/// concatenated them, slower than mvtensor's copy of each row: a review of the benchmarks).
+/// A lock holder's gather, on slices: a copy of each row, as mvtensor's gather does
+/// (ndarray's `select` builds a view per row and concatenates them, which costs more).
 fn gather_rows(t: &Array2<f32>, ids: &[usize]) -> Array2<f32> {
     let table = t.as_slice().expect("standard layout");
     let mut rows = Vec::with_capacity(ids.len() * WIDTH);
@@ -260,20 +260,22 @@ impl Table for Vec<AtomicU32> {
     }
     fn gather(&self, ids: &[usize]) -> Array2<f32> {
         Array2::from_shape_fn((ids.len(), WIDTH), |(i, c)| {
+            // Relaxed: racy by design, as Hogwild's reads; nothing is published through it.
             f32::from_bits(self[ids[i] * WIDTH + c].load(Ordering::Relaxed))
         })
     }
     fn sum(&self) -> f64 {
         self.iter()
+            // Relaxed: the final sum, after the writers' join, which orders their stores.
             .map(|c| f64::from(f32::from_bits(c.load(Ordering::Relaxed))))
             .sum()
     }
 }
 
-/// Passes over the index stream before a CPU-cost measurement. Measured (std Mutex, Zipf,
-/// CPU per update over each pass of 2,048 updates, AMD EPYC): 1,411 ns in the first pass,
-/// 956 in the second, ~700-800 over passes 3-30, ~500-640 from about the 35th on; mvtensor's
-/// paged table 2,950, then 2,000-2,200 from the second pass.
+/// Passes over the index stream before a CPU-cost measurement: enough for every variant to
+/// reach its steady state. A lock's Zipf updates keep getting cheaper over the first few
+/// dozen passes, as its hot rows settle in the caches, where mvtensor's paged table is level
+/// from the second pass, so a shorter warm-up would flatter mvtensor.
 const WARM_PASSES: usize = 40;
 
 /// Indices per thread, drawn once before a run (so that drawing costs nothing timed).
@@ -329,9 +331,8 @@ pub fn run(
         .map(|t| stream(indices, t as u64 + 1))
         .collect();
     // Every variant's table in its steady state first, as `cpu_costs` does: a lock's hot
-    // rows cached, mvtensor's pools full. (Untimed from the first update, the locks paid
-    // their slow early passes and mvtensor, level from the second, less: a review of the
-    // benchmarks found the 1-thread cells flattering mvtensor by ~5-20%.)
+    // rows cached, mvtensor's pools full. Timing from the first update would charge the
+    // locks their slow early passes, which mvtensor, level from the second, does not have.
     let warm_updates = warm_up(variant, &*table, &streams[0]);
     let (elapsed, counts) = drive(threads, budget, u64::MAX, |t, ctl| {
         let ones = Array2::<f32>::ones((K, WIDTH));
@@ -382,10 +383,8 @@ fn warm_up(variant: EmbeddingVariant, table: &dyn Table, ids: &[usize]) -> u64 {
 /// the mean over `ops` operations of each (arc-swap, which copies 25 MiB per update, does a
 /// fiftieth as many updates), after a warm-up of [`WARM_PASSES`] passes over the index
 /// stream, so that every variant is measured in its steady state: its hot rows cached, its
-/// pools full. (A warm-up of 64 updates before 200 measured ones timed the locks' first
-/// touches of cold rows: 1.5-2.4x their steady cost per Zipf update; one pass still timed a
-/// mutex's update at ~1.6x its steady cost. Both flattered mvtensor, whose cost is level
-/// from the second pass.)
+/// pools full (a shorter warm-up times a lock's first touches of cold rows, which flatters
+/// mvtensor, whose cost is level from the second pass).
 pub fn cpu_costs(variant: EmbeddingVariant, indices: Indices, ops: usize) -> (Duration, Duration) {
     let table = variant.table();
     let updates = if variant == EmbeddingVariant::ArcSwap {

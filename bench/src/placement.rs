@@ -7,9 +7,9 @@ use super::Subject;
 /// Whether a loop that stores to `stores` while it loads from `loads` runs clear of 4K
 /// aliasing: a load whose address matches an earlier store's in its low 12 bits waits for
 /// that store. Two 4 KiB allocations in a row put the second 16 bytes past the first modulo
-/// 4 KiB, so a tensor allocated right after its delta made every load of the delta wait
-/// (measured: a 1K in-place add under a parking_lot mutex took ~210 ns a write instead of
-/// ~120 ns). Clear when the stores are not up to 1 KiB ahead of the loads modulo 4 KiB.
+/// 4 KiB, so a tensor allocated right after its delta would make every load of the delta
+/// wait, and a cell would time the allocator's placement rather than the update. Clear when
+/// the stores are not up to 1 KiB ahead of the loads modulo 4 KiB.
 pub fn clear_of_aliasing(stores: *const f32, loads: *const f32) -> bool {
     let ahead = (stores as usize).wrapping_sub(loads as usize) % 4096;
     ahead == 0 || ahead >= 1024
@@ -17,9 +17,9 @@ pub fn clear_of_aliasing(stores: *const f32, loads: *const f32) -> bool {
 
 /// Whether two buffers of `bytes` each lie in different 128-byte blocks. Two threads that
 /// each write their own buffer still pass a line back and forth when the buffers touch one
-/// block: the L2's spatial prefetcher fetches a line's 128-byte buddy with it. Two 1K tensors
-/// allocated back to back by one thread made two threads updating one each under their own
-/// parking_lot mutex cost 1.15-1.6x one thread's CPU per update; placed apart, 1.0x.
+/// block: the L2's spatial prefetcher fetches a line's 128-byte buddy with it. So two 1K
+/// tensors allocated back to back by one thread would make two threads, each updating its
+/// own, cost each other a line transfer per update whatever guards them.
 pub fn apart(a: *const f32, b: *const f32, bytes: usize) -> bool {
     let block = |p: *const f32| (p as usize / 128, (p as usize + bytes - 1) / 128);
     let ((a_first, a_last), (b_first, b_last)) = (block(a), block(b));

@@ -218,6 +218,8 @@ fn grads_of(p: &Params, rows: &Array2<f32>) -> Grads {
 pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f32>) -> TrainRun {
     let next = AtomicUsize::new(0);
     let take = || {
+        // Relaxed: only the numbers handed out matter (each once); the threads' results come
+        // back through their join.
         let i = next.fetch_add(1, Ordering::Relaxed);
         (i < steps).then_some(i)
     };
@@ -292,8 +294,8 @@ pub fn run(variant: TrainVariant, threads: usize, steps: usize, data: &Array2<f3
             across(threads, || {
                 while let Some(i) = take() {
                     let rows = batch(data, i);
-                    // The parameters alone: the gradient needs nothing else (copying the
-                    // moments too tripled the copy under the lock: a review of the benchmarks).
+                    // The parameters alone: the gradient needs nothing else, and copying
+                    // both moments too would triple the copy under the lock.
                     let p = m.lock().p.clone();
                     let g = grads_of(&p, &rows);
                     m.lock().apply(g);

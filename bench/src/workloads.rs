@@ -1,4 +1,4 @@
-//! The dense workloads (1 to 4 and 6 of the benchmark issue) and the bandwidth baseline.
+//! The dense workloads (1 to 4, and 6: memory) and the bandwidth baseline.
 //! Each is one generic function over [`Subject`], plus a [`Visit`] value that calls it.
 
 use std::hint::black_box;
@@ -361,6 +361,7 @@ pub fn memory<S: Subject>(n: usize, threads: usize, duration: Duration) -> Memor
             }
         });
         let out = write_loop(&subject, &deltas, Budget::Time(duration));
+        // Relaxed: a stop flag; the samples come back through the scope's join.
         done.store(true, Ordering::Relaxed);
         out
     });
@@ -413,8 +414,8 @@ pub fn bandwidth(n: usize, threads: usize, duration: Duration) -> f64 {
         let mut passes = 0;
         ctl.ready();
         while ctl.go(passes) {
-            // In AVX2 where the processor has it, as every variant's add (ndarray's `Zip`
-            // ran SSE2: at 1K the locks reached 258% of that "bound").
+            // In AVX2 where the processor has it, as every variant's add: a narrower loop
+            // here would put the bound below what the locks' own adds reach.
             super::wide::add_out_of_place(
                 c.as_slice_mut().expect("standard layout"),
                 a.as_slice().expect("standard layout"),

@@ -251,8 +251,8 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     // Each cell is `CHECKPOINT_ROUNDS` runs merged, every variant without and with the
     // checkpointer in turn (which goes first alternates), so that a slow stretch of this
-    // shared machine lands on both sides of the ratio instead of on one run: with one run
-    // per cell the goal flipped between met and missed from report to report.
+    // shared machine lands on both sides of the ratio instead of on one run, where it
+    // could decide the goal alone.
     let segment = plan.checkpoint / CHECKPOINT_ROUNDS;
     let mut checkpoints: HashMap<CheckpointVariant, CheckpointCells> = CheckpointVariant::ALL
         .into_iter()
@@ -290,9 +290,8 @@ pub(crate) fn measure(plan: Plan, started: Instant) -> Results {
             }
         }
         for (variant, mut rs) in runs {
-            // The run of median steps/s, curve and all: its time to the target loss agrees
-            // with the steps/s shown (the last run's curve, used before, read 1.35x the
-            // fastest lock's time at one thread while its steps/s read 0.99x).
+            // The run of median steps/s, curve and all, so that its time to the target
+            // loss goes with the steps/s shown, not with another run's.
             rs.sort_by(|a, b| a.steps_per_s.total_cmp(&b.steps_per_s));
             let steps_per_s = median(rs.iter().map(|r| r.steps_per_s).collect());
             let mid = rs.swap_remove(rs.len() / 2);
