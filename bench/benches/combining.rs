@@ -8,6 +8,7 @@ use std::sync::{Barrier, Mutex};
 use std::time::Instant;
 
 use mvtensor::Variable;
+use mvtensor_bench::median;
 use ndarray::{ArrayD, IxDyn};
 
 const ELEMENTS: usize = 1 << 20;
@@ -34,11 +35,6 @@ fn rate(per_thread: usize, update: impl Fn(&ArrayD<f32>) + Sync) -> f64 {
     })
     .elapsed();
     (THREADS * per_thread) as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
 }
 
 fn main() {

@@ -134,12 +134,14 @@ fn drive(
                     let mut h = Histogram::<u64>::new(3).expect("histogram");
                     start.wait();
                     let mut i = id;
+                    // Relaxed: a stop flag; nothing is published through it.
                     while !stop.load(Ordering::Relaxed) {
                         let t0 = Instant::now();
                         step(i % TENSORS.len());
                         h.record(t0.elapsed().as_nanos() as u64).expect("in range");
                         i += TRAINERS;
                     }
+                    // Relaxed: a total read after the join, which orders every add.
                     updates.fetch_add(h.len(), Ordering::Relaxed);
                     h
                 })
@@ -149,6 +151,7 @@ fn drive(
             let mut saves = Vec::new();
             start.wait();
             let mut next = Instant::now() + INTERVAL;
+            // Relaxed (both loads): a stop flag; the saves come back through the join.
             while checkpoint && !stop.load(Ordering::Relaxed) {
                 thread::sleep(next.saturating_duration_since(Instant::now()));
                 if stop.load(Ordering::Relaxed) {
@@ -163,6 +166,7 @@ fn drive(
         });
         start.wait();
         thread::sleep(duration);
+        // Relaxed: a stop flag; the joins below order what the threads did.
         stop.store(true, Ordering::Relaxed);
         let mut steps = Histogram::<u64>::new(3).expect("histogram");
         for t in trainers {

@@ -158,6 +158,7 @@ pub fn drive<T: Send>(
         start.wait();
         if let Budget::Time(d) = budget {
             thread::sleep(d);
+            // Relaxed: a stop flag; the workers' results come back through their join.
             stop.store(true, Ordering::Relaxed);
         }
         let (results, ends): (Vec<T>, Vec<Instant>) = handles
@@ -220,7 +221,8 @@ pub fn chunked(iters: u64, cap: u64, mut run: impl FnMut(u64) -> Duration) -> Du
     total
 }
 
-/// The median of some figures (the report runs every cell a few times, interleaved).
+/// The median of some figures (the report runs every cell a few times, interleaved). Sorted
+/// by `total_cmp`, so a NaN sorts last instead of panicking.
 pub fn median(mut xs: Vec<f64>) -> f64 {
     assert!(!xs.is_empty());
     xs.sort_by(f64::total_cmp);
