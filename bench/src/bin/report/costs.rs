@@ -10,10 +10,10 @@ use mvtensor_bench::costs::Op;
 /// Nanoseconds with a readable unit and about three significant digits.
 fn ns(x: f64) -> String {
     match x {
-        x if x < 100.0 => format!("{x:.1} ns"),
-        x if x < 10_000.0 => format!("{x:.0} ns"),
-        x if x < 10_000_000.0 => format!("{:.1} µs", x / 1e3),
-        x => format!("{:.1} ms", x / 1e6),
+        x if x < 100.0 => format!("{x:.1}ns"),
+        x if x < 10_000.0 => format!("{x:.0}ns"),
+        x if x < 10_000_000.0 => format!("{:.1}µs", x / 1e3),
+        x => format!("{:.1}ms", x / 1e6),
     }
 }
 
@@ -23,17 +23,12 @@ impl Report<'_> {
         let _ = writeln!(s, "## Cost per operation\n");
         let _ = writeln!(
             s,
-            "What one operation costs, single-threaded unless the row says otherwise: \
-             **per-thread CPU time** (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, so time spent \
-             descheduled on this shared machine does not count), the **median of {} \
-             interleaved rounds** (every round runs every row once, starting at a different \
-             row), so each mvtensor row and its floor come from the same run. The floor: the \
-             add on plain slices (in AVX2 where the processor has it, as mvtensor's loops) in place (`a += d`, the arithmetic alone) and out of place \
-             into a warm buffer (`out = a + d`, the least a copy-on-write update streams), and \
-             `Mutex<ArrayD<f32>>` updated in place with that add (std and parking_lot; the best \
-             lock is the faster). Ratios are this row ÷ the reference (above 1.00x: it costs more); the \
-             targets are stated as cost ratios. Instruction counts of the same \
-             operations, stable on a noisy machine: `bin/instructions.sh`.\n",
+            "Per-thread CPU time of one operation (descheduled time does not count), one \
+             thread unless the row says otherwise, median of {} interleaved rounds. The \
+             floor, from the same rounds: the add on slices in place and out of place (what \
+             copy-on-write must stream), and a `Mutex<ArrayD<f32>>` updated in place. Ratio: \
+             this row ÷ the reference (above 1.00x: it costs more). Instruction counts: \
+             `bin/instructions.sh`.\n",
             costs.plan.rounds
         );
         let _ = writeln!(s, "| operation | CPU per op | ratio | target | |");
@@ -63,12 +58,9 @@ impl Report<'_> {
         let machine = costs.ns(Op::PlMutexTwoThreads) / costs.ns(Op::PlMutex(1 << 10));
         let _ = writeln!(
             s,
-            "Two threads each updating its own parking_lot mutex cost {} one thread's CPU per \
-             update here: the same two-thread setting without mvtensor. Each delta is placed \
-             clear of 4K aliasing with the tensor it is added to, and the two threads' tensors \
-             share no 128-byte block: the L2's spatial prefetcher fetches a line's 128-byte \
-             buddy with it, so two 1K tensors allocated back to back would pass a line between \
-             the two threads on every update.\n",
+            "Two threads on their own parking_lot mutexes cost {} one thread's CPU per \
+             update: this machine's own two-thread cost. Buffers are placed clear of 4K \
+             aliasing and of each other's 128-byte blocks (`bench/src/placement.rs`).\n",
             ratio(machine)
         );
     }

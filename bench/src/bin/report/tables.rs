@@ -15,9 +15,8 @@ impl Report<'_> {
         let _ = writeln!(s, "## Goals at a glance\n");
         let _ = writeln!(
             s,
-            "Ratios are mvtensor ÷ the best lock of the same cell (std or parking_lot, \
-             Mutex or RwLock), same run. Where a goal is missed, [Where we lose](#where-we-lose) \
-             says by how much and why.\n"
+            "Ratios: mvtensor ÷ the best lock of the same cell. [Where we lose](#where-we-lose) \
+             explains each miss.\n"
         );
         let _ = writeln!(s, "| goal | target | measured | |");
         let _ = writeln!(s, "| --- | --- | --- | --- |");
@@ -38,11 +37,9 @@ impl Report<'_> {
         let _ = writeln!(s, "## Memory-bandwidth baseline\n");
         let _ = writeln!(
             s,
-            "`c = a + b` over the same sizes, in this process, counting three arrays of \
-             traffic. The *bound* for a dense update (`w += d`: read two tensors, write one) \
-             is the best of these divided by three tensors' bytes. 1K and 64K fit in L1/L2, \
-             1M (12 MiB for three arrays) in this machine's L3, so these are cache \
-             bandwidths, not DRAM.\n"
+            "`c = a + b` in this process, three arrays of traffic. The *bound* of a dense \
+             update (`w += d`: read two tensors, write one) is the best of these over three \
+             tensors' bytes. All three sizes fit in cache, so these are cache bandwidths.\n"
         );
         let _ = writeln!(s, "| size | 1 thread | 2 threads | bound (updates/s) |");
         let _ = writeln!(s, "| --- | --- | --- | --- |");
@@ -64,36 +61,30 @@ impl Report<'_> {
             Dense::ReadMostly => (
                 "1. Read-mostly",
                 format!(
-                    "Every thread does 99 reads for each `assign_add` of ones (one operation in \
-                     {WRITE_EVERY} is a write). A read is the variant's read plus a sum over the \
-                     whole tensor, the work a reader of parameters does."
+                    "Every thread reads {} times (the variant's read and a sum over the tensor, \
+                     as a reader of parameters does) for each `assign_add` of ones.",
+                    WRITE_EVERY - 1
                 ),
-                "operations/s (reads + writes)",
+                "Operations/s, reads and writes.",
                 "read_mostly",
             ),
             Dense::WriteHeavy => (
                 "2. Write-heavy",
                 "Every thread adds tensors of ones, back to back.".to_string(),
-                "updates/s",
+                "Updates/s.",
                 "write_heavy",
             ),
             Dense::TrainerStep => (
                 "3. Trainer step",
-                "Every thread reads the parameters, computes a gradient of the same size into a \
-                 reused buffer (`sign(w)`: a cheap O(n) function, exactly 1 here, so the result \
-                 can be checked) and applies it with `assign_add`. Locks compute the gradient \
-                 under the read (or only) lock, then take the lock again to apply it."
+                "Every thread reads the parameters, computes a gradient of their size (`sign(w)`, \
+                 one pass) and applies it with `assign_add`; a lock computes under its read (or \
+                 only) lock, then locks again to apply."
                     .to_string(),
-                "steps/s",
+                "Steps/s.",
                 "trainer_step",
             ),
         };
-        let _ = writeln!(s, "## {title}\n\n{what}\n");
-        let _ = writeln!(
-            s,
-            "Absolute figures in {unit}; in brackets each variant ÷ mvtensor (below 1.00x: \
-             mvtensor is faster). Last column: mvtensor ÷ the best lock.\n"
-        );
+        let _ = writeln!(s, "## {title}\n\n{what} {unit}\n");
         let _ = writeln!(s, "![{title}](plots/{plot}.svg)\n");
         let _ = write!(s, "| size | threads |");
         for v in Variant::ALL {
@@ -119,25 +110,15 @@ impl Report<'_> {
             return;
         }
         let arrays = if w == Dense::WriteHeavy { 3.0 } else { 5.0 };
+        let per = if w == Dense::WriteHeavy {
+            "an update"
+        } else {
+            "a step"
+        };
         let _ = writeln!(
             s,
-            "As a percentage of the bandwidth bound ({} per {}: {}), and mvtensor's mean \
-             deltas per combined pass (1.00 = no two updates overlapped):\n",
-            if w == Dense::WriteHeavy {
-                "3 tensors of traffic"
-            } else {
-                "5 tensors of traffic"
-            },
-            if w == Dense::WriteHeavy {
-                "update"
-            } else {
-                "step"
-            },
-            if w == Dense::WriteHeavy {
-                "read the tensor and the delta, write the tensor"
-            } else {
-                "read the parameters, write the gradient; then read both, write the parameters"
-            }
+            "Percent of the bandwidth bound ({arrays} tensors of traffic {per}), and mvtensor's \
+             deltas per combined pass (1.00: no overlap):\n"
         );
         let _ = write!(s, "| size | threads |");
         for v in Variant::ALL {
@@ -163,9 +144,9 @@ impl Report<'_> {
         let _ = writeln!(s, "## 4. Read latency under writes\n");
         let _ = writeln!(
             s,
-            "Writers add ones to a 1M-element f32 tensor while readers time each read plus a \
-             sum over the snapshot (hdrhistogram, all readers together). Ratio: the variant's \
-             p99 ÷ mvtensor's (above 1.00x: mvtensor's tail is lower).\n"
+            "Writers add ones to 1M f32 while readers time each read and sum (all readers in \
+             one histogram). Last column: the variant's p99 ÷ mvtensor's (above 1.00x: \
+             mvtensor's tail is lower).\n"
         );
         let _ = writeln!(s, "![read latency](plots/read_latency.svg)\n");
         let _ = writeln!(
@@ -198,10 +179,9 @@ impl Report<'_> {
         let _ = writeln!(
             s,
             "**counter**: increment a scalar `i64`, returning the old value (mvtensor: \
-             `CriticalSection::execute` changes a 0-d variable's working copy in place; also shown, the \
-             lock-free `fetch_update` on a variable without a section). **transfer**: move 1 \
-             between two accounts atomically (mvtensor: one section over two 0-d variables; \
-             the others: one lock or RCU cell guarding both balances). Executions/s; in \
+             `CriticalSection::execute` on a 0-d variable; also its lock-free `fetch_update`). \
+             **transfer**: move 1 between two accounts atomically (mvtensor: one section over \
+             two 0-d variables; the others: one lock or RCU cell over both). Executions/s; in \
              brackets each ÷ mvtensor's section.\n"
         );
         let _ = writeln!(s, "![critical sections](plots/critical_section.svg)\n");
@@ -236,16 +216,11 @@ impl Report<'_> {
         let _ = writeln!(s, "## 6. Memory\n");
         let _ = writeln!(
             s,
-            "Workload 2 (write-heavy) with {MEMORY_THREADS} writers, each variant and size in \
-             a fresh process: every variant on 1M f32 (4 MiB), mvtensor also on 64K and 1K. \
-             Resident memory (`VmRSS`, sampled about every millisecond) is measured above a \
-             baseline taken after the writers' deltas were allocated and before the variant \
-             was created, so one copy is the tensor itself; *steady state* drops the first \
-             quarter of the samples; the peak is the kernel's `VmHWM`, reset just before. \
-             These are **approximate**: the allocator may keep freed memory resident, and \
-             thread stacks count too (at 64K and 1K that overhead outweighs the tensor, so \
-             those rows give no copy count: read their live versions). mvtensor's live versions are \
-             `Variable::stats().live_versions`, sampled likewise.\n"
+            "Workload 2 with {MEMORY_THREADS} writers, each variant and size in a fresh \
+             process. Resident memory (`VmRSS` every millisecond, above a baseline taken before \
+             the variant was created; *steady*: without the first quarter; peak: `VmHWM`) is \
+             approximate: freed memory the allocator keeps and thread stacks count, so only 1M \
+             rows give copies. Live versions: `Variable::stats().live_versions`.\n"
         );
         let _ = writeln!(
             s,
