@@ -40,16 +40,12 @@ impl Report<'_> {
         let _ = writeln!(s, "## 8. Checkpoints while training\n");
         let _ = writeln!(
             s,
-            "{TRAINERS} trainer threads update a model of {} tensors (1-4 MiB of f32 each, {mib} \
-             MiB in all), one tensor per step, while a checkpointer saves the whole model every \
-             {} ms (a safetensors file, fsync and rename). mvtensor: `Store::save`, a \
-             consistent snapshot written while the trainers go on. The mutex: a \
-             `parking_lot::Mutex` per tensor updated in place; a consistent checkpoint locks \
-             them all, clones, unlocks and writes the clones. Every file is checked (no torn \
-             tensor). Step latency of the trainers, without and with the checkpointer: \
-             each cell merges {CHECKPOINT_ROUNDS} rounds of {:.1} s, every variant without \
-             and with in turn (which goes first alternates); the last column is what the \
-             goal bounds (≤ 1.05x for mvtensor).\n",
+            "{TRAINERS} trainers update a model of {} tensors ({mib} MiB of f32), one tensor a \
+             step, while a checkpointer saves it every {} ms (safetensors, fsync, rename). \
+             mvtensor: `Store::save` of a consistent snapshot while the trainers go on; the \
+             mutex: one per tensor, all locked to clone, then written. Every file is checked. \
+             Each cell merges {CHECKPOINT_ROUNDS} rounds of {:.1} s, without and with in \
+             turn.\n",
             TENSORS.len(),
             INTERVAL.as_millis(),
             self.plan.checkpoint.as_secs_f64() / f64::from(CHECKPOINT_ROUNDS)
@@ -95,13 +91,11 @@ impl Report<'_> {
             ),
             met: growth <= 1.05,
             why: format!(
-                "{growth:.2}x instead of at most 1.05x (the mutex: {:.2}x). With {} trainers and \
-                 the checkpointer on {} cores, a step's p99 is a scheduler time slice for every \
-                 variant ({} for mvtensor, {} for the mutex, without checkpoints). mvtensor's \
-                 trainers never wait for a save, but the save keeps a core busy ({} on average \
-                 for {} MiB) that the unblocked trainers then share, where the mutex's trainers \
-                 sleep while its checkpointer clones. The target assumes a core to spare for \
-                 the checkpointer.",
+                "{growth:.2}x instead of ≤ 1.05x (the mutex: {:.2}x). With {} trainers and the \
+                 checkpointer on {} cores a p99 step is a scheduler slice ({} for mvtensor, {} \
+                 for the mutex, without). A save never blocks mvtensor's trainers but takes a \
+                 core ({} on average for {} MiB) they share. A core to spare for the checkpointer, \
+                 as the target assumes, closes it.",
                 lock.p99_growth(),
                 TRAINERS,
                 self.env.cores,

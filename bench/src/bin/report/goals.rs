@@ -1,7 +1,7 @@
 //! The goals: each one's target, what this run measured, and why it is missed (the
 //! contention job's goal is in `contention`, the memory goal in `memory`).
 
-use crate::format::{latency, rate};
+use crate::format::{count, latency, rate};
 use crate::report::Report;
 use crate::run::BIG;
 use mvtensor_bench::sections::{Body, SectionVariant};
@@ -81,12 +81,10 @@ impl Report<'_> {
             ),
             met: cells.iter().all(|c| ratio(c) >= 100.0),
             why: format!(
-                "short by {:.0}x at worst ({}: mvtensor p99 {} against {} {}). A read is \
-                 `read()` plus a sum over 1M f32, nearly all of it the sum (mvtensor's median \
-                 read: {}), so even a p99 equal to that median would be only {:.1}x below the \
-                 best lock's. The goal needs the locks' tail to be 100 sums long, and an \
-                 in-place update of 1M f32 holds a lock for only ~{}. With more threads than \
-                 cores, every variant's readers lose their core mid-sum.",
+                "short by {:.0}x at worst ({}: p99 {} against {} {}). A read is nearly all its \
+                 sum (median {}): a p99 at that median would be only {:.1}x below the lock's, \
+                 whose update holds it ~{}. No read closes that; the target needs writers that \
+                 hold a lock for ~100 reads.",
                 100.0 / ratio(worst),
                 worst.label,
                 latency(worst.mv99),
@@ -169,10 +167,9 @@ impl Report<'_> {
             met: lock_met == cells.len() && arc_met == cells.len(),
             why: format!(
                 "worst {:.2}x the best lock ({} at {} threads, {}) and {:.2}x arc-swap ({} at \
-                 {} threads). A read sums the whole snapshot (one read alone: {}), next to \
-                 which an RwLock's read lock is small; its readers run in parallel too, and \
-                 with 1% writes it is rarely write-locked. A wait-free read can only win what \
-                 the lock costs, and arc-swap's `load` costs about what an epoch pin does.",
+                 {} threads). A read sums the snapshot (alone: {}), beside which a shared lock \
+                 that rarely waits is small, and arc-swap's `load` costs about an epoch pin. \
+                 Only short reads with a cheaper `read()` (cost targets) can reach 2x.",
                 worst_lock.vs_lock,
                 size_label(worst_lock.n),
                 worst_lock.t,
@@ -218,12 +215,11 @@ impl Report<'_> {
             ),
             met: short.is_empty(),
             why: format!(
-                "{}. Every write reads the old tensor and writes a new one (copy-on-write), \
-                 one more 4 MiB stream than the lock's add in place: with one thread an update \
-                 took {} against {} ({}), {:.1}x. At 4 threads combining merged {} deltas per \
-                 pass and the waiting writers help compute it, but a batch of k deltas is a \
-                 (k + 2) x 4 MiB working set that outgrows the cache: the passes moved {:.1} \
-                 GB/s against {:.1} GB/s for `c = a + b` on both cores.",
+                "{}. Copy-on-write streams one more 4 MiB tensor than an add in place: alone \
+                 an update took {} against {} ({}), {:.1}x. Combining merged {} deltas a pass, \
+                 but a pass over k streams (k + 2) x 4 MiB, more than the cache holds: {:.1} \
+                 GB/s against {:.1} GB/s for `c = a + b`. More cores close it \
+                 (docs/benchmarks-16-cores).",
                 short.join(", "),
                 latency(mv1),
                 latency(lock1),
@@ -264,7 +260,8 @@ impl Report<'_> {
         let worst = |r: &ByThreads, n: usize| {
             let (t, x) = r.worst;
             format!(
-                "{x:.2}x at {t} threads ({})",
+                "{x:.2}x at {} ({})",
+                count(t, "thread"),
                 self.best_lock(Dense::WriteHeavy, n, t).0.name()
             )
         };
@@ -280,12 +277,10 @@ impl Report<'_> {
             why: [
                 (!r1k.all_at_least(0.9)).then(|| {
                     format!(
-                        "1K: {} at worst. With one thread an update already took {} against \
-                         {} for the best lock ({:.1}x): the lock's update is the add itself, \
-                         where mvtensor adds a combining handshake, a pooled version, a head CAS \
-                         and a share of a batched epoch retirement (\"Cost per operation\"). \
-                         At 8 threads combining merged {} deltas per pass, too few to pay for \
-                         that.",
+                        "1K: {} at worst; alone {} against {} ({:.1}x): the lock's update is \
+                         the add, mvtensor's adds combining, a pooled version, a head CAS and \
+                         a share of a retirement, which {} deltas a pass at 8 threads do not \
+                         repay. Its fixed costs (cost targets) must go.",
                         worst(&r1k, small),
                         latency(mv1),
                         latency(lock1),
@@ -295,11 +290,9 @@ impl Report<'_> {
                 }),
                 (!r64k.all_at_least(1.0)).then(|| {
                     format!(
-                        "64K: {} at worst. With one thread an update took {} against {} in \
-                         place ({:.1}x): copy-on-write streams one more 256 KiB tensor than the \
-                         add in place. Combining ({} deltas per pass at 4 threads) saves passes \
-                         but not that stream, and a waiting 64K writer parks, so its wake-up is \
-                         on the path of the pass that served it.",
+                        "64K: {} at worst; alone {} against {} ({:.1}x), the extra 256 KiB \
+                         stream of copy-on-write, which combining ({} deltas a pass at 4 \
+                         threads) does not remove. Only overlap on more cores repays it.",
                         worst(&r64k, mid),
                         latency(mv64),
                         latency(lock64),
@@ -356,17 +349,13 @@ impl Report<'_> {
             ),
             met: counter.iter().all(|r| r.1 >= goal(r.0)) && transfer.iter().all(|r| r.1 >= 0.25),
             why: format!(
-                "Counter: {:.3}x at worst against its goal ({} threads, against {}). With one \
-                 thread an execution took {} against {} for the lock's one add: an execution \
-                 allocates nothing, but it takes a ticket, pins the epoch, fills a pooled \
-                 working copy, installs a new version and retires the old one. A version per \
-                 commit is the design's floor (the lock-free `fetch_add`, which pays only \
-                 that, is in the cost table), so the goal is out of reach while every commit \
-                 publishes one. Batches keep an execution at 8 threads at {} ({:.1}x its \
-                 one-thread cost); the lock-free `fetch_update` counter does {} increments/s \
-                 there, {:.1}x the section.",
+                "the counter {:.3}x at worst ({}, against {}). Alone an execution took {} \
+                 against {} for the lock's add: a ticket, an epoch pin, a working copy, a \
+                 version installed and one retired. A version per commit is the floor \
+                 (`fetch_add`'s cost), so only a cheaper version closes it. At 8 threads: {} \
+                 ({:.1}x its cost alone); `fetch_update` {} increments/s, {:.1}x the section.",
                 worst.1,
-                worst.0,
+                count(worst.0, "thread"),
                 worst.2.name(),
                 latency(mv1),
                 latency(lock1),

@@ -203,15 +203,11 @@ impl Report<'_> {
             ),
             met: short.is_empty(),
             why: format!(
-                "{}. Live versions count every version the variable has allocated: the \
-                 current one, pooled spares and retired ones waiting for a grace period. \
-                 Retired versions wait in batches for a tick of their thread's grace clock, so \
-                 a small, frequently written variable keeps about three batches per writing \
-                 thread in flight or pooled ({}); the trainer pattern's {trainer_max} are those \
-                 batches too, since its `read()`s hold only the versions they show. At 1M, \
-                 {:.1} resident copies against {:.1} for the locks and {:.1} for arc-swap: {} \
-                 live versions and ~{:.1} copies of freed buffers the allocator keeps resident \
-                 (`MALLOC_MMAP_THRESHOLD_=65536` hands them back to the OS).",
+                "{}. Live versions are the current one, pooled spares and retired ones \
+                 awaiting a grace period; small ones retire in batches, about three per writing \
+                 thread ({}), as in the trainer pattern. At 1M: {:.1} copies against \
+                 {:.1} for the locks and {:.1} for arc-swap, {} live versions and ~{:.1} freed \
+                 copies the allocator keeps. The hazard slots of design.md §13 bound them.",
                 short.join("; "),
                 worst_live.map_or("-".into(), |(n, _, max)| format!(
                     "up to {max} at {}, {} in all",

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::format::{rate, ratio};
+use crate::format::{count, rate, ratio};
 use crate::goals::{ByThreads, Goal};
 use crate::report::Report;
 use mvtensor_bench::train::{TrainRun, TrainVariant, TRAIN_THREADS};
@@ -51,20 +51,13 @@ impl Report<'_> {
         let _ = writeln!(s, "## 9. A trainer on real data\n");
         let _ = writeln!(
             s,
-            "`examples/train.rs`'s model: an MLP (11-32-1) regressing the quality of the 1,599 red \
-             wines of the UCI wine-quality data, minibatches of 32, Adam. Every variant takes the \
-             same {} steps from the same start; a step reads the parameters, computes the loss and \
-             gradients and applies Adam. mvtensor: the four tensors packed in one variable \
-             (`optim::Packed`, one snapshot a step) and `optim::Optimizer` (one execution per \
-             step). Batches are drawn in the stepping thread; the queue, metric and checkpoints \
-             that `examples/train.rs` adds are left out, since no lock variant has them \
-             (checkpoints' cost is workload 8's). The locks' Adam is the same loop on slices. The locks: a std `Mutex` held for the whole step (what \
-             TensorFlow's notes recommend), a parking_lot `Mutex` locked to copy and to apply, a \
-             parking_lot `RwLock` read-locked for the forward and backward pass and write-locked \
-             for Adam; *racy*: no lock at all (parameters and moments in relaxed atomic cells, \
-             each step loads, computes and stores, overwriting concurrent steps). Steps/s, the \
-             median of {} runs with the variants alternated (in brackets each ÷ mvtensor), and \
-             the loss over all wines at the end.\n",
+            "`examples/train.rs`'s MLP (11-32-1) on the 1,599 red wines of UCI wine-quality, \
+             minibatches of 32, Adam, {} steps from the same start for every variant. \
+             mvtensor: one packed variable and `optim::Optimizer`. The locks run the same Adam: \
+             a std `Mutex` held for the whole step, a parking_lot `Mutex` locked to copy and \
+             to apply, a parking_lot `RwLock` read-locked for the passes; *racy*: relaxed \
+             atomic cells, no lock. Steps/s, median of {} alternated runs, and the final loss \
+             over all wines.\n",
             self.plan.train_steps, self.plan.train_rounds
         );
         let _ = write!(s, "| threads |");
@@ -103,11 +96,8 @@ impl Report<'_> {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "Time to the target loss: the worst final loss of mvtensor and the locks at that \
-             thread count, so each of them reaches it; read from the loss curve ({} points) \
-             of each variant's run of median steps/s (the plot shows the curves at {} \
-             threads). `never`: the variant did not \
-             reach it.\n",
+            "Time to the target loss (the worst final loss of mvtensor and the locks), from \
+             the loss curve ({} points) of the median run; the plot shows {} threads.\n",
             mvtensor_bench::train::SAMPLES,
             TRAIN_THREADS[TRAIN_THREADS.len() - 1]
         );
@@ -166,16 +156,12 @@ impl Report<'_> {
                         <= self.fastest_lock_to_target(t).1
                 }),
             why: format!(
-                "{:.2}x at worst ({} threads). With one thread a step took {:.1} µs against \
-                 {:.1} µs ({}): the model is small, so a step is mostly the forward and backward \
-                 pass, and mvtensor adds a fixed cost (a snapshot of the packed parameters and \
-                 one execution) where a lock copies the parameters or nothing. With more \
-                 threads than cores every variant is bound by the cores, and the optimizer's \
-                 section serialises steps as the locks do. The cells move with machine noise by \
-                 more than the goal's margin: rerun with `--scale 5` on a quiet machine before \
-                 reading a few percent.",
+                "{:.2}x at worst ({}). Alone a step took {:.1}µs against {:.1}µs ({}): mostly \
+                 the model's arithmetic, to which mvtensor adds a snapshot and an execution. \
+                 Noise moves these cells more than the margin: rerun with `--scale 5` on a \
+                 quiet machine before reading a few percent.",
                 worst.1,
-                worst.0,
+                count(worst.0, "thread"),
                 1e6 / one,
                 1e6 / l,
                 lock.name()
