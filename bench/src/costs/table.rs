@@ -54,6 +54,12 @@ impl CostRow {
 }
 
 impl Costs {
+    /// A table of medians measured elsewhere, by operation (the report's tests render one
+    /// from made-up figures). Every [`Op`] of [`rows`](Self::rows) must be there.
+    pub fn from_medians(plan: super::CostPlan, ns: std::collections::HashMap<Op, f64>) -> Costs {
+        Costs { plan, ns }
+    }
+
     /// CPU ns per operation, median of the rounds.
     pub fn ns(&self, op: Op) -> f64 {
         self.ns[&op]

@@ -6,10 +6,10 @@
 //! cargo run --release -p mvtensor-bench --bin report [-- --scale F] [--out DIR]
 //! ```
 //!
-//! About 2 to 3 minutes on 2 cores. `--scale 3` runs every cell three times as long (less
-//! noise); `--out DIR` writes `DIR/benchmarks.md` and `DIR/plots/` instead of `docs/`.
-//! Every figure in the report comes from this one run. Every run checks its final value
-//! exactly and the process panics if any variant lost an update.
+//! `--scale 3` runs every cell three times as long (less noise); `--out DIR` writes
+//! `DIR/benchmarks.md` and `DIR/plots/` instead of `docs/`. Every figure in the report comes
+//! from this one run. Every run checks its final value exactly and the process panics if any
+//! variant lost an update.
 
 mod checkpoints;
 mod cli;
@@ -26,6 +26,8 @@ mod plot;
 mod report;
 mod run;
 mod tables;
+#[cfg(test)]
+mod tests;
 mod train;
 
 use std::process::ExitCode;
