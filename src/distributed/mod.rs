@@ -17,7 +17,8 @@
 //! * **Same start.** `over_mpi` first checks that every rank replicates the same variables
 //!   (count, dtype and shape, in order: a mismatch is [`Problem::Mismatch`] naming the
 //!   variable and each rank's dtype and shape, before any data moves), then broadcasts
-//!   rank 0's parameters and optimizer state to the others.
+//!   rank 0's parameters and optimizer state to the others, which take them in one commit
+//!   each; if any rank cannot, every rank fails ([`Problem::PeerStartFailed`]).
 //! * **Tensor fusion.** Small gradients are copied into buckets of at most
 //!   `ClusterBuilder::bucket_bytes` and all-reduced together; a gradient of a bucket's size
 //!   or more goes out from where it lies, with no copy.
@@ -208,6 +209,29 @@ pub enum Problem {
     /// The MPI library cannot be used as the replicas need.
     #[error("MPI cannot be used: {0}")]
     Unavailable(String),
+
+    /// Some ranks could not take rank 0's parameters and optimizer state at the start: no
+    /// replicas were made on any rank. Those ranks' variables are unchanged; the other
+    /// ranks' hold rank 0's values, each rank's in one commit (none is half-assigned).
+    #[error("rank(s) {ranks:?} could not take rank 0's state: no replicas were made on any rank")]
+    PeerStartFailed {
+        /// The ranks that failed, in rank order (each returns its own error).
+        ranks: Vec<usize>,
+    },
+
+    /// One MPI call would count more elements than a C `int` holds (2^31 - 1), in a
+    /// collective that is not split into several calls: refused on every rank alike,
+    /// before anything is sent.
+    #[error(
+        "the {operation} needs {elements} elements in one MPI call, more than its count holds \
+         (2^31 - 1)"
+    )]
+    TooLarge {
+        /// The collective.
+        operation: &'static str,
+        /// The elements it needed in one call.
+        elements: usize,
+    },
 }
 
 /// What one rank holds of a replicated variable ([`Problem::Mismatch`]).

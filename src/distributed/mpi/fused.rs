@@ -4,7 +4,9 @@
 //! in the output. Consecutive tensors smaller than a bucket are copied into a bucket of at
 //! most `bucket` elements and all-reduced as one call; a tensor of a bucket or more is
 //! all-reduced straight from its snapshot into its place in the output, with no copy. Every
-//! bucket's call is started before any is waited for, so they are all in flight at once.
+//! bucket's call is started before any is waited for, so they are all in flight at once. A
+//! bucket longer than one MPI call counts (2^31 - 1 elements: a huge tensor, or a huge
+//! bucket size) goes out as several calls of consecutive runs.
 
 use std::ffi::c_int;
 use std::ops::Range;
@@ -16,7 +18,7 @@ use mpi::raw::AsRaw;
 use ndarray::NdFloat;
 use smallvec::SmallVec;
 
-use super::comm::{checked, Comm, Flight};
+use super::comm::{checked, count, pieces, Comm, Flight, MAX_COUNT};
 use crate::distributed::{AllReduceStats, Problem};
 use crate::{Element, OwnedSnapshot};
 
@@ -146,26 +148,25 @@ impl Comm {
         let comm = self.data.0;
         let mut flight = Flight::new((sums, send, recv));
         let (sums, send, recv) = flight.buffers();
-        // Each bucket's send and receive memory: in the flight's buffers, disjoint in the
-        // receive buffer.
-        let calls: SmallVec<[(*const A, *mut A, c_int); 8]> = plan
-            .buckets
-            .iter()
-            .map(|bucket| {
-                let (from, to) = match bucket {
-                    Bucket::Packed(items) => {
-                        let at = plan.send_at[items.start].expect("a packed item");
-                        (send[at..].as_ptr(), &mut recv[plan.span(items)])
-                    }
-                    Bucket::Alone(item) => (
-                        standard(&sums[*item]).as_ptr(),
-                        &mut recv[plan.spans[*item].clone()],
-                    ),
-                };
-                let n = c_int::try_from(to.len()).expect("fewer than 2^31 elements");
-                (from, to.as_mut_ptr(), n)
-            })
-            .collect();
+        // Each call's send and receive memory: in the flight's buffers, disjoint in the
+        // receive buffer; a bucket longer than a call counts is several calls.
+        let mut calls: SmallVec<[(*const A, *mut A, c_int); 8]> = SmallVec::new();
+        for bucket in &plan.buckets {
+            let (from, to): (&[A], &mut [A]) = match bucket {
+                Bucket::Packed(items) => {
+                    let at = plan.send_at[items.start].expect("a packed item");
+                    let span = plan.span(items);
+                    (&send[at..at + span.len()], &mut recv[span])
+                }
+                Bucket::Alone(item) => {
+                    (standard(&sums[*item]), &mut recv[plan.spans[*item].clone()])
+                }
+            };
+            for (at, n) in pieces(to.len(), MAX_COUNT) {
+                let to = &mut to[at..at + n];
+                calls.push((from[at..at + n].as_ptr(), to.as_mut_ptr(), count(n)));
+            }
+        }
         stats.buckets += calls.len() as u64;
         let (_, send, mut recv) = match &self.watch {
             // Blocking calls, one bucket after the other, under the watchdog.
@@ -190,7 +191,7 @@ impl Comm {
             // Every bucket in flight at once, polled against the deadline.
             None => {
                 for &(from, to, n) in &calls {
-                    flight.start("MPI_Iallreduce", |request| {
+                    flight.start(self, "MPI_Iallreduce", |request| {
                         // SAFETY: as above; the flight keeps the memory until the calls
                         // complete, or for ever.
                         unsafe {
@@ -204,7 +205,7 @@ impl Comm {
                                 request,
                             )
                         }
-                    })?;
+                    })?; // faulted; the calls already started keep the flight's memory
                 }
                 flight.land(self, "all-reduce", step)?
             }
