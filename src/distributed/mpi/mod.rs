@@ -8,7 +8,8 @@ mod transport;
 mod watch;
 
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use mpi::environment::Universe;
@@ -48,8 +49,10 @@ pub enum Collectives {
 }
 
 /// This process as one rank of an MPI job (started by `mpirun`): MPI is initialized when
-/// it is made and finalized when the last clone (and the last replicas over it) is dropped.
-/// One per process.
+/// it is made and finalized when the last clone (and the last replicas over it) is dropped,
+/// if that happens on the thread that made it; dropped on another thread, MPI is finalized
+/// when the process exits (`main` returning, or `std::process::exit`), since MPI wants the
+/// initializing thread to finalize it. One per process.
 ///
 /// If a collective missed its deadline ([`Problem::Stalled`]), this rank can no longer
 /// take part in the job: dropping the cluster then prints the fault and calls `MPI_Abort`,
@@ -94,6 +97,14 @@ pub(super) struct Shared {
     bucket_bytes: usize,
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
     universe: Mutex<Option<UniverseCell>>,
+    /// The thread that initialized MPI: the one that should finalize it (MPI-3.1, 12.4.3).
+    init_thread: ThreadId,
+    /// Whether a universe dropped on another thread can wait for the process's exit
+    /// ([`finalize_parked`] is registered).
+    at_exit: bool,
+    /// `MPI_THREAD_SERIALIZED` ([`Collectives::Polled`]): every MPI call, `MPI_Abort`
+    /// included, is made under the comm lock.
+    serialized: bool,
 }
 
 /// The rsmpi universe, whose drop finalizes MPI.
@@ -105,9 +116,38 @@ impl std::fmt::Debug for UniverseCell {
     }
 }
 
-// SAFETY: the universe holds no thread-bound state; it is dropped (MPI_Finalize) once, by
-// whichever thread drops the last handle, after every other MPI call of this process.
+// SAFETY: the universe is moved between threads only to be dropped (MPI_Finalize), once,
+// after every other MPI call of this process (the last handle is gone and the watchdog
+// joined): by the initializing thread when it drops the last handle, or else by
+// `finalize_parked` as the process exits (the thread that ends the process: the main
+// thread when `main` returns, which is the initializing one in the usual program). MPI's
+// own state is process-wide; only its finalize asks for a thread, as said.
 unsafe impl Send for UniverseCell {}
+
+/// A universe whose last handle was dropped off the initializing thread: it waits here for
+/// the process's exit.
+static PARKED: Mutex<Option<UniverseCell>> = Mutex::new(None);
+
+extern "C" {
+    /// The C library's: `f` runs when the process exits (`exit`, or `main` returning), on
+    /// the exiting thread, in the reverse order of registration.
+    fn atexit(f: extern "C" fn()) -> c_int;
+}
+
+/// Finalizes a parked universe at the process's exit. Registered after `MPI_Init`, so it runs
+/// before whatever the MPI library registered for the exit. Without a finalize, `mpirun`
+/// takes a rank that exits for a failed one.
+extern "C" fn finalize_parked() {
+    let parked = PARKED.lock().unwrap_or_else(PoisonError::into_inner).take();
+    drop(parked); // MPI_Finalize
+}
+
+/// Registers [`finalize_parked`] once per process; whether it is registered.
+fn register_at_exit() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    // SAFETY: registers a function of no arguments that touches only `PARKED`.
+    *REGISTERED.get_or_init(|| unsafe { atexit(finalize_parked) } == 0)
+}
 
 impl ClusterBuilder {
     /// The deadline of every collective (default [`DEFAULT_TIMEOUT`]): a rank that does
@@ -188,7 +228,8 @@ impl ClusterBuilder {
         let (data, diag) = (dup("MPI_Comm_dup")?, dup("MPI_Comm_dup")?);
         let (watch, watchdog) = match self.collectives {
             Collectives::Watched => {
-                let (watch, thread) = watch::Watch::start(diag, rank, ranks, self.timeout);
+                let (watch, thread) = watch::Watch::start(diag, rank, ranks, self.timeout)
+                    .map_err(|problem| Error::Distributed { rank, problem })?;
                 (Some(watch), Some(thread))
             }
             Collectives::Polled => (None, None),
@@ -210,6 +251,9 @@ impl ClusterBuilder {
                 bucket_bytes: self.bucket_bytes,
                 watchdog: Mutex::new(watchdog),
                 universe: Mutex::new(Some(UniverseCell(universe))),
+                init_thread: std::thread::current().id(),
+                at_exit: register_at_exit(),
+                serialized: self.collectives == Collectives::Polled,
             }),
         })
     }
@@ -259,9 +303,15 @@ impl Cluster {
     }
 
     /// Ends every rank of the job at once (`MPI_Abort` with `code`), printing nothing.
+    /// Under [`Collectives::Polled`] it first waits for a collective that another thread of
+    /// this rank is polling (at most its deadline): MPI serves one thread at a time there.
     pub fn abort(&self, code: i32) -> ! {
+        // Watched: MPI_THREAD_MULTIPLE lets this call run beside a blocked all-reduce (which
+        // may never return, so its lock is not waited for).
+        let _serial = self.shared.serialized.then(|| self.shared.comm());
         // SAFETY: the world communicator is valid while MPI is initialized, which it is
-        // while this cluster lives.
+        // while this cluster lives; no other thread is in MPI unless the thread level
+        // allows it (above).
         unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code as c_int) };
         std::process::abort()
     }
@@ -310,12 +360,18 @@ impl Drop for Shared {
             // flight landed: there is no fault).
             unsafe { ffi::MPI_Comm_free(&mut handle.0) };
         }
-        // MPI_Finalize.
-        drop(
-            self.universe
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        let universe = self
+            .universe
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if self.at_exit && std::thread::current().id() != self.init_thread {
+            // Not the initializing thread: MPI is finalized at the process's exit.
+            *PARKED.lock().unwrap_or_else(PoisonError::into_inner) = universe;
+        } else {
+            // MPI_Finalize: on the initializing thread, or (no exit handler) here, which
+            // still beats a rank that exits unfinalized (mpirun takes it for a failure).
+            drop(universe);
+        }
     }
 }

@@ -24,24 +24,37 @@ const GRACE: Duration = Duration::from_millis(1000);
 
 /// After a missed deadline: tells every other rank that this one is alive and listens,
 /// for a moment, for the others to say so too. Returns the ranks not heard from.
+///
+/// A failed call of this rank's own ends only that part of the diagnosis: a send that does
+/// not start leaves that rank untold (it may then name this one), and a listen that fails
+/// stops listening (the ranks not heard from by then are named).
 pub(super) fn missing(diag: Handle, rank: usize, ranks: usize, step: i64) -> Vec<usize> {
     // Forgotten below: a send to a rank that hangs may never complete.
     let word: &'static [i64; 1] = Box::leak(Box::new([step]));
     for to in (0..ranks).filter(|&r| r != rank) {
+        let Ok(to) = c_int::try_from(to) else {
+            continue; // no such rank: MPI counts ranks in C ints
+        };
+        // SAFETY: a request handle is plain data, written by MPI_Isend.
+        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: the buffer is leaked (lives for ever), one i64 of the datatype given;
         // the request is dropped uncompleted on purpose (nothing waits for a rank that
         // may never receive).
-        unsafe {
-            let mut request: ffi::MPI_Request = std::mem::zeroed();
+        let rc = unsafe {
             ffi::MPI_Isend(
                 word.as_ptr().cast(),
                 1,
                 ffi::RSMPI_INT64_T,
-                to as c_int,
+                to,
                 ALIVE_TAG,
                 diag.0,
                 &mut request,
-            );
+            )
+        };
+        if rc != 0 {
+            // Not started: that rank is not told (it may name this one); the others still
+            // are, and this rank listens.
+            continue;
         }
     }
     let mut heard = vec![false; ranks];
@@ -70,7 +83,7 @@ pub(super) fn missing(diag: Handle, rank: usize, ranks: usize, step: i64) -> Vec
         }
         let mut from = [0i64; 1];
         // SAFETY: receives the one i64 just probed into `from`, which holds one.
-        unsafe {
+        let rc = unsafe {
             ffi::MPI_Recv(
                 from.as_mut_ptr().cast(),
                 1,
@@ -79,13 +92,18 @@ pub(super) fn missing(diag: Handle, rank: usize, ranks: usize, step: i64) -> Vec
                 ALIVE_TAG,
                 diag.0,
                 ffi::RSMPI_STATUS_IGNORE,
-            );
-        }
+            )
+        };
+        // The probe found its message: that rank answered, whether or not it was received.
         if let Some(h) = usize::try_from(status.MPI_SOURCE)
             .ok()
             .and_then(|r| heard.get_mut(r))
         {
             *h = true;
+        }
+        if rc != 0 {
+            // Unreceived, the message stays first in line: a next probe would find it again.
+            break;
         }
     }
     (0..ranks).filter(|&r| !heard[r]).collect()
@@ -111,12 +129,15 @@ pub(super) struct Watch {
 
 impl Watch {
     /// Starts the watchdog over `diag` for collectives of `timeout`.
+    ///
+    /// # Errors
+    /// [`Problem::Unavailable`] if the system gives no thread for it.
     pub(super) fn start(
         diag: Handle,
         rank: usize,
         ranks: usize,
         timeout: Duration,
-    ) -> (Arc<Self>, JoinHandle<()>) {
+    ) -> Result<(Arc<Self>, JoinHandle<()>), Problem> {
         let watch = Arc::new(Self {
             armed: Mutex::new(Armed::default()),
             wake: Condvar::new(),
@@ -125,8 +146,8 @@ impl Watch {
         let thread = std::thread::Builder::new()
             .name("mvtensor-mpi-watchdog".into())
             .spawn(move || dog.run(diag, rank, ranks, timeout))
-            .expect("a thread for the watchdog");
-        (watch, thread)
+            .map_err(|e| Problem::Unavailable(format!("no thread for the watchdog: {e}")))?;
+        Ok((watch, thread))
     }
 
     /// A blocking collective starts.
