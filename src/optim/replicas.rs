@@ -18,6 +18,8 @@ use crate::read_all::read_all;
 use crate::sync::lock_std as lock;
 use crate::{Element, OwnedSnapshot, Variable};
 
+#[cfg(feature = "mpi")]
+mod mpi;
 mod processes;
 
 /// A synchronous all-reduce over `workers` threads in front of an [`Optimizer`]. Each worker
@@ -79,7 +81,7 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// An all-reduce over `workers` threads of this process and, through `transport`, the
     /// workers of the other processes.
     #[cfg(feature = "mpi")]
-    pub(crate) fn with_transport(
+    fn with_transport(
         optimizer: Optimizer<A>,
         workers: usize,
         transport: Box<dyn Transport<A>>,

@@ -1,12 +1,12 @@
 //! Typed errors across ranks: what does not match between ranks is found before any data
-//! moves; one rank's bad gradients fail the step on every rank; a rank whose replica
-//! diverged is named.
+//! moves; a rank that cannot take rank 0's state fails the start on every rank; one rank's
+//! bad gradients fail the step on every rank; a rank whose replica diverged is named.
 
 use std::time::Duration;
 
 use mvtensor::distributed::{Cluster, Equivalence, Held, Problem};
 use mvtensor::optim::{Optimizer, Replicas};
-use mvtensor::{DType, Element, Error, Variable};
+use mvtensor::{CriticalSection, DType, Element, Error, Variable};
 use ndarray::{Array1, NdFloat};
 
 use crate::launch::{in_rank, mpirun};
@@ -191,6 +191,60 @@ fn a_rank_whose_replica_diverged_is_named() {
     assert!(
         job.output
             .contains("rank(s) [2] hold other values than rank(s) [0, 1]"),
+        "{}",
+        job.output
+    );
+}
+
+/// 3 ranks: rank 1 builds its replicas from inside an execution of another section, so its
+/// variables cannot take rank 0's state (a re-entrant execution). Rank 1 gets that error
+/// with its `w` unchanged; ranks 0 and 2 get an error naming rank 1, and rank 2's `w` holds
+/// rank 0's values. Every rank then builds replicas again, which works: the failure left no
+/// rank behind in the collectives.
+#[test]
+fn a_rank_that_cannot_take_rank_0s_state_fails_every_rank() {
+    if in_rank() {
+        let cluster = cluster();
+        let rank = cluster.rank();
+        let w = Variable::builder(Array1::from_elem(4, rank as f32))
+            .name("w")
+            .build();
+        let adam = || Optimizer::adam(0.1).name("adam").param(&w).build().unwrap();
+        let error = if rank == 1 {
+            let other = Variable::new(Array1::<f32>::zeros(1));
+            let section = CriticalSection::builder().resource(&other).build().unwrap();
+            let adam = adam();
+            let replicas = section
+                .execute(|_tx| Ok::<_, Error>(Replicas::over_mpi(adam, 1, &cluster)))
+                .unwrap();
+            replicas.expect_err("rank 1 cannot take rank 0's state")
+        } else {
+            Replicas::over_mpi(adam(), 1, &cluster).expect_err("rank 1 failed")
+        };
+        println!("rank {rank}: {error}");
+        match (rank, &error) {
+            (1, Error::Reentrant { .. }) => {}
+            (0 | 2, Error::Distributed { rank: r, problem }) if *r == rank => {
+                assert_eq!(*problem, Problem::PeerStartFailed { ranks: vec![1] });
+            }
+            _ => panic!("rank {rank}: {error}"),
+        }
+        // Rank 0 sends its values; rank 1 kept its own; rank 2 took rank 0's.
+        let expected = if rank == 1 { 1.0 } else { 0.0 };
+        assert!(w.read().iter().all(|&x| x == expected), "rank {rank}: w");
+        let again = Replicas::over_mpi(adam(), 1, &cluster).unwrap();
+        assert!(w.read().iter().all(|&x| x == 0.0), "rank {rank}: w");
+        again.step(&Array1::from_elem(4, rank as f32)).unwrap();
+        again.check_agreement().unwrap();
+        return;
+    }
+    let test = "errors::a_rank_that_cannot_take_rank_0s_state_fails_every_rank";
+    let env = [("MPI_TEST_TIMEOUT_MS", "20000".to_owned())];
+    let job = mpirun(3, test, &env, Duration::from_secs(60));
+    job.assert_ok();
+    assert!(
+        job.output
+            .contains("rank(s) [1] could not take rank 0's state"),
         "{}",
         job.output
     );

@@ -315,10 +315,6 @@ impl Cluster {
         unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code as c_int) };
         std::process::abort()
     }
-
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
 }
 
 impl Shared {

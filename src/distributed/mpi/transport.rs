@@ -1,106 +1,118 @@
-//! [`Replicas::over_mpi`]: replicas whose transport is the [`Cluster`]'s ranks. Before any
-//! data moves every rank describes what it replicates (each variable's dtype and shape, each
-//! gradient's shape) and the ranks compare; then rank 0's values are broadcast.
+//! The replicas' side of a [`Cluster`]: the collectives that start replicas over it (before
+//! any data moves every rank describes what it replicates, each variable's dtype and shape
+//! and each gradient's shape, and the ranks compare; then rank 0's values are broadcast and
+//! the ranks share whether each took them) and the transport of their steps.
+//! `Replicas::over_mpi` (in `optim`) is built on these; nothing here knows the replicas.
 
 use std::sync::{Arc, Mutex};
 
 use mpi::datatype::Equivalence;
-use ndarray::{ArrayD, IxDyn, NdFloat};
+use ndarray::NdFloat;
 
 use super::fused::{Buffers, Plan};
 use super::{Cluster, Shared};
 use crate::distributed::{digest_words, AllReduceStats, Held, Problem, Transport};
 use crate::error::{Error, Result};
-use crate::optim::{Optimizer, Replicas};
 use crate::sync::lock_std as lock;
-use crate::{read_all, DType, Element, OwnedSnapshot};
+use crate::{DType, Element, OwnedSnapshot};
 
-impl<A: Element + NdFloat + Equivalence> Replicas<A> {
-    /// Replicas across the ranks of `cluster`, with `threads` workers in this process
-    /// (threads may differ between ranks: a step's sum is divided by all ranks' workers).
-    /// Collective: every rank calls it, with optimizers over the same parameters. It checks
-    /// that every rank replicates the same variables (the parameters, then the optimizer's
-    /// state: count, dtype and shape, in order) and gradients, then sets every rank's
-    /// parameters and optimizer state (its step count included) to rank 0's: restore a
-    /// checkpoint into rank 0's before this, and every rank resumes from it.
+/// One thing replicas hold on every rank, as the ranks compare it: its name (as this rank
+/// names it), dtype and shape.
+pub(crate) type Item = (String, DType, Vec<usize>);
+
+impl Cluster {
+    fn fail(&self, problem: Problem) -> Error {
+        Error::Distributed {
+            rank: self.rank(),
+            problem,
+        }
+    }
+
+    /// Collective: checks that every rank holds the same `items` (count, then each one's
+    /// dtype and shape, in order), and returns every rank's `threads` together.
     ///
     /// # Errors
     /// [`Error::Distributed`] with [`Problem::VariableCount`] or [`Problem::Mismatch`]
-    /// (naming the variable and what each rank holds) before anything is sent, so nothing
-    /// changed on any rank; [`Problem::Stalled`] if a rank does not take part in time.
-    pub fn over_mpi(optimizer: Optimizer<A>, threads: usize, cluster: &Cluster) -> Result<Self> {
-        let shared = Arc::clone(cluster.shared());
-        let (rank, ranks) = (shared.rank, shared.ranks);
-        let fail = |problem| Error::Distributed { rank, problem };
-        let threads = threads.max(1);
-        let vars = Self::replicated_by(&optimizer);
-        let mut items: Vec<(String, DType, Vec<usize>)> = vars
-            .iter()
-            .map(|v| (v.name().to_owned(), A::DTYPE, v.shape()))
-            .collect();
-        let grads: Vec<Vec<usize>> = optimizer.gradient_shapes().map(<[_]>::to_vec).collect();
-        for (i, shape) in grads.iter().enumerate() {
-            let name = format!("gradient {i} of optimizer `{}`", optimizer.name());
-            items.push((name, A::DTYPE, shape.clone()));
-        }
-        let words = describe(&items);
+    /// (naming the item and what each rank holds) on every rank, before anything else is
+    /// sent; [`Problem::Stalled`] if a rank does not take part in time.
+    pub(crate) fn compare(&self, items: &[Item], threads: usize) -> Result<usize> {
+        let words = describe(items);
         let digest = digest_words(&words);
-        let mut comm = shared.comm();
+        let mut comm = self.shared.comm();
         let head = [digest, words.len() as u64, threads as u64];
         let heads = comm
             .gather_words(&head, "description gather", 0)
-            .map_err(fail)?;
+            .map_err(|p| self.fail(p))?;
         let heads: Vec<&[u64]> = heads.chunks(3).collect();
         if heads.iter().any(|h| h[0] != digest) {
-            let lens: Vec<usize> = heads.iter().map(|h| h[1] as usize).collect();
+            let lens: Vec<usize> = heads
+                .iter()
+                .map(|h| usize::try_from(h[1]).unwrap_or(usize::MAX))
+                .collect();
             let all = comm
                 .gather_varied(&words, &lens, "description gather", 0)
-                .map_err(fail)?;
-            return Err(fail(mismatch(&items, &all)));
+                .map_err(|p| self.fail(p))?;
+            return Err(self.fail(mismatch(items, &all)));
         }
-        let workers = heads.iter().map(|h| h[2] as usize).sum();
-        // Rank 0's values, on every rank.
-        let total: usize = vars
+        Ok(heads
             .iter()
-            .map(|v| v.shape().iter().product::<usize>())
-            .sum();
-        let mut values = Vec::with_capacity(total);
-        if rank == 0 {
-            for snapshot in read_all(&vars[..]) {
-                values.extend_from_slice(snapshot.as_slice().expect("standard layout"));
-            }
-        } else {
-            values.resize(total, A::zero());
-        }
-        let values = comm
-            .broadcast(values, "broadcast of rank 0's state", 0)
-            .map_err(fail)?;
-        drop(comm);
-        if rank != 0 {
-            let mut rest = &values[..];
-            for var in &vars {
-                let shape = var.shape();
-                let (mine, after) = rest.split_at(shape.iter().product());
-                rest = after;
-                let value = ArrayD::from_shape_vec(IxDyn(&shape), mine.to_vec())
-                    .expect("the shape's element count");
-                var.assign(value)?;
-            }
-        }
-        let lens: Vec<usize> = grads.iter().map(|s| s.iter().product()).collect();
-        let bucket = (shared.bucket_bytes / std::mem::size_of::<A>()).max(1);
-        let transport = MpiTransport {
-            plan: Plan::new(&lens, ranks, bucket),
+            .map(|h| usize::try_from(h[2]).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add))
+    }
+
+    /// Collective: rank 0's `values` on every rank (each passes as many), in as many MPI
+    /// calls as their length needs.
+    ///
+    /// # Errors
+    /// [`Error::Distributed`] with [`Problem::Stalled`] if a rank does not take part in time,
+    /// or [`Problem::Mpi`].
+    pub(crate) fn broadcast_values<A: Equivalence + Copy>(
+        &self,
+        values: Vec<A>,
+        operation: &'static str,
+        step: i64,
+    ) -> Result<Vec<A>> {
+        self.shared
+            .comm()
+            .broadcast(values, operation, step)
+            .map_err(|p| self.fail(p))
+    }
+
+    /// Collective: the ranks whose `failed` is set, in rank order, on every rank.
+    ///
+    /// # Errors
+    /// As [`broadcast_values`](Self::broadcast_values).
+    pub(crate) fn failed_ranks(
+        &self,
+        failed: bool,
+        operation: &'static str,
+        step: i64,
+    ) -> Result<Vec<usize>> {
+        let flags = self
+            .shared
+            .comm()
+            .gather_words(&[u64::from(failed)], operation, step)
+            .map_err(|p| self.fail(p))?;
+        Ok((0..flags.len()).filter(|&r| flags[r] != 0).collect())
+    }
+
+    /// The transport of replicas over this cluster whose gradients have `lens` elements each
+    /// (the same on every rank: checked by [`compare`](Self::compare)) and whose ranks have
+    /// `workers` workers in all.
+    pub(crate) fn transport<A: Element + NdFloat + Equivalence>(
+        &self,
+        lens: &[usize],
+        workers: usize,
+    ) -> Box<dyn Transport<A>> {
+        let shared = Arc::clone(&self.shared);
+        let bucket = (shared.bucket_bytes / std::mem::size_of::<A>().max(1)).max(1);
+        Box::new(MpiTransport {
+            plan: Plan::new(lens, shared.ranks, bucket),
             shared,
             workers,
             buffers: Mutex::new(Buffers::default()),
             stats: Mutex::new(AllReduceStats::default()),
-        };
-        Ok(Self::with_transport(
-            optimizer,
-            threads,
-            Box::new(transport),
-        ))
+        })
     }
 }
 
@@ -174,24 +186,16 @@ impl<A: Element + NdFloat + Equivalence> Transport<A> for MpiTransport<A> {
         step: i64,
         outcome: std::result::Result<(), String>,
     ) -> Result<std::result::Result<(), String>> {
-        // [failed, length (2 bytes), message...]: one fixed-size broadcast.
-        let mut bytes = vec![0u8; OUTCOME_BYTES];
-        if let Err(message) = &outcome {
-            let text = &message.as_bytes()[..message.len().min(OUTCOME_BYTES - 3)];
-            bytes[0] = 1;
-            bytes[1..3].copy_from_slice(&(text.len() as u16).to_le_bytes());
-            bytes[3..3 + text.len()].copy_from_slice(text);
-        }
         let bytes = self
             .shared
             .comm()
-            .broadcast(bytes, "checkpoint outcome broadcast", step)
+            .broadcast(
+                outcome_bytes(&outcome),
+                "checkpoint outcome broadcast",
+                step,
+            )
             .map_err(|p| self.fail(p))?;
-        if bytes[0] == 0 {
-            return Ok(Ok(()));
-        }
-        let len = usize::from(u16::from_le_bytes([bytes[1], bytes[2]]));
-        Ok(Err(String::from_utf8_lossy(&bytes[3..3 + len]).into_owned()))
+        Ok(outcome_of(&bytes))
     }
 
     fn stats(&self) -> AllReduceStats {
@@ -201,6 +205,32 @@ impl<A: Element + NdFloat + Equivalence> Transport<A> for MpiTransport<A> {
 
 /// The size of a checkpoint's outcome on the wire (its message is cut to fit).
 const OUTCOME_BYTES: usize = 1024;
+
+/// `outcome` on the wire: `[failed, length (2 bytes, little-endian), message...]`, one
+/// fixed-size broadcast.
+fn outcome_bytes(outcome: &std::result::Result<(), String>) -> Vec<u8> {
+    let mut bytes = vec![0u8; OUTCOME_BYTES];
+    if let Err(message) = outcome {
+        let text = &message.as_bytes()[..message.len().min(OUTCOME_BYTES - 3)];
+        bytes[0] = 1;
+        bytes[1..3].copy_from_slice(&(text.len() as u16).to_le_bytes());
+        bytes[3..3 + text.len()].copy_from_slice(text);
+    }
+    bytes
+}
+
+/// The outcome in `bytes` ([`outcome_bytes`]); a length past the bytes at hand is held to
+/// them, and a message cut inside a character keeps a replacement character there.
+fn outcome_of(bytes: &[u8]) -> std::result::Result<(), String> {
+    match bytes {
+        [0, ..] | [] => Ok(()),
+        [_, lo, hi, text @ ..] => {
+            let len = usize::from(u16::from_le_bytes([*lo, *hi]));
+            Err(String::from_utf8_lossy(&text[..len.min(text.len())]).into_owned())
+        }
+        [_, ..] => Err(String::new()),
+    }
+}
 
 /// Element types as words.
 const DTYPES: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64];
@@ -213,7 +243,7 @@ fn dtype_word(dtype: DType) -> u64 {
 }
 
 /// `[count, then per item: dtype, rank, dims...]`.
-fn describe(items: &[(String, DType, Vec<usize>)]) -> Vec<u64> {
+fn describe(items: &[Item]) -> Vec<u64> {
     let mut words = vec![items.len() as u64];
     for (_, dtype, shape) in items {
         words.push(dtype_word(*dtype));
@@ -239,13 +269,13 @@ fn items_of(words: &[u64]) -> Option<Vec<(DType, Vec<usize>)>> {
 }
 
 /// What differs between this rank's `items` and every rank's description.
-fn mismatch(items: &[(String, DType, Vec<usize>)], all: &[Vec<u64>]) -> Problem {
+fn mismatch(items: &[Item], all: &[Vec<u64>]) -> Problem {
     let each: Vec<Vec<(DType, Vec<usize>)>> = all
         .iter()
         .map(|w| items_of(w).unwrap_or_default())
         .collect();
     let counts: Vec<usize> = each.iter().map(Vec::len).collect();
-    if counts.iter().any(|&c| c != items.len()) {
+    if items.is_empty() || counts.iter().any(|&c| c != items.len()) {
         return Problem::VariableCount { counts };
     }
     let index = (0..items.len())
@@ -264,5 +294,29 @@ fn mismatch(items: &[(String, DType, Vec<usize>)], all: &[Vec<u64>]) -> Problem 
         variable: items[index].0.clone(),
         index,
         held,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{outcome_bytes, outcome_of, OUTCOME_BYTES};
+
+    #[test]
+    fn an_outcome_survives_the_wire_and_a_long_message_is_cut_to_fit() {
+        assert_eq!(outcome_of(&outcome_bytes(&Ok(()))), Ok(()));
+        let failed = Err("disk full".to_owned());
+        assert_eq!(outcome_of(&outcome_bytes(&failed)), failed);
+        let long = "x".repeat(OUTCOME_BYTES * 2);
+        let cut = outcome_of(&outcome_bytes(&Err(long))).unwrap_err();
+        assert_eq!(cut.len(), OUTCOME_BYTES - 3);
+    }
+
+    #[test]
+    fn a_length_past_the_bytes_is_held_to_them() {
+        // Failed, with a length of 65535 but 4 bytes of message.
+        let bytes = [1, 0xff, 0xff, b'o', b'o', b'p', b's'];
+        assert_eq!(outcome_of(&bytes), Err("oops".to_owned()));
+        assert_eq!(outcome_of(&[1, 9]), Err(String::new()));
+        assert_eq!(outcome_of(&[]), Ok(()));
     }
 }
