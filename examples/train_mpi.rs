@@ -77,12 +77,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .tensor("b2", &b2),
     )?;
     store.register(model.variable())?;
-    let checkpoints = match &args.checkpoints {
-        Some(dir) => Some(Checkpoints::new(dir, 2)?),
-        None => None,
+    // Rank 0 alone saves, so it alone makes the checkpoints: making them cleans up what
+    // dead saves left, judged by this machine's process ids, which would misjudge the
+    // saves of a rank 0 on another machine sharing the directory.
+    let checkpoints = match (&args.checkpoints, cluster.rank()) {
+        (Some(dir), 0) => Some(Checkpoints::new(dir, 2)?),
+        _ => None,
     };
     // Rank 0 resumes from the newest cut; `over_mpi` hands it to every rank.
-    if let (Some(checkpoints), 0) = (&checkpoints, cluster.rank()) {
+    if let Some(checkpoints) = &checkpoints {
         if let Some(newest) = checkpoints.list()?.pop() {
             store.restore(&newest, Restore::default())?;
         }
@@ -119,8 +122,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             replicas.step((&g.0, &g.1, &g.2, &g.3))?;
             // One thread of each rank, between two steps (collectives of every rank).
             if thread == 0 && step % EVERY == 0 {
-                if let Some(checkpoints) = &checkpoints {
-                    replicas.save_checkpoint(&store, checkpoints)?;
+                if args.checkpoints.is_some() {
+                    replicas.save_checkpoint(&store, checkpoints.as_ref())?;
                 }
                 if let (Some(mean), 0) = (loss.take().mean(), rank) {
                     let t = start.elapsed().as_secs_f64();

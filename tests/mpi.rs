@@ -16,12 +16,14 @@ mod model;
 
 use std::time::Duration;
 
-use mvtensor::checkpoint::Checkpoints;
 use mvtensor::optim::Replicas;
 use mvtensor::Store;
 
 use launch::{in_rank, mpirun, number, read, setting};
-use model::{cluster, exact, exact_grads, restore_newest, train_exact, write_bits, EXAMPLES};
+use model::{
+    cluster, exact, exact_grads, rank0_checkpoints, restore_newest, train_exact, write_bits,
+    EXAMPLES,
+};
 
 /// The deadline of the ranks' collectives in tests that expect no fault.
 const TIMEOUT: &str = "20000";
@@ -99,19 +101,21 @@ fn checkpoints_resume_on_another_rank_count_with_identical_results() {
         let store = Store::new();
         let (_w, _b, adam) = exact(&store);
         let dir = std::path::PathBuf::from(setting("MPI_TEST_DIR"));
-        let checkpoints = Checkpoints::new(dir.join("checkpoints"), 3).unwrap();
-        let resumed = restore_newest(&store, &checkpoints, cluster.rank());
+        let checkpoints = rank0_checkpoints(&dir.join("checkpoints"), 3, cluster.rank());
+        let resumed = restore_newest(&store, checkpoints.as_ref());
         let threads = number("MPI_TEST_THREADS") as usize;
         let replicas = Replicas::over_mpi(adam, threads, &cluster).unwrap();
         // Every rank starts where rank 0's checkpoint left off.
         assert_eq!(replicas.optimizer().steps(), number("MPI_TEST_FROM"));
-        assert_eq!(resumed, number("MPI_TEST_FROM") > 0);
+        if cluster.rank() == 0 {
+            assert_eq!(resumed, number("MPI_TEST_FROM") > 0);
+        }
         train_exact(
             &replicas,
             number("MPI_TEST_UNTIL"),
             10,
             &store,
-            &checkpoints,
+            checkpoints.as_ref(),
         );
         replicas.check_agreement().unwrap();
         write_bits(&dir, replicas.rank(), &store);
@@ -156,4 +160,27 @@ fn checkpoints_resume_on_another_rank_count_with_identical_results() {
             );
         }
     }
+}
+
+/// 2 ranks, each dropping its cluster and replicas (the last handles) on a thread other than
+/// the one that made the cluster: MPI is finalized at the process's exit instead, and the
+/// job succeeds (`mpirun` fails a job whose ranks exit without finalizing).
+#[test]
+fn a_cluster_dropped_off_its_thread_still_ends_the_job_cleanly() {
+    if in_rank() {
+        let cluster = cluster();
+        let store = Store::new();
+        let (_w, _b, adam) = exact(&store);
+        let replicas = Replicas::over_mpi(adam, 1, &cluster).unwrap();
+        let (gw, gb) = exact_grads(1, replicas.rank(), replicas.ranks());
+        replicas.step((&gw, &gb)).unwrap();
+        replicas.check_agreement().unwrap();
+        std::thread::spawn(move || drop((replicas, cluster)))
+            .join()
+            .unwrap();
+        return;
+    }
+    let test = "a_cluster_dropped_off_its_thread_still_ends_the_job_cleanly";
+    let env = [("MPI_TEST_TIMEOUT_MS", TIMEOUT.into())];
+    mpirun(2, test, &env, Duration::from_secs(60)).assert_ok();
 }

@@ -125,13 +125,14 @@ pub fn exact_grads(step: i64, worker: usize, workers: usize) -> (Array1<f32>, Ar
 }
 
 /// Trains `replicas` (over the exact model's `w` and `b`) until the optimizer has taken
-/// `until` steps, from `threads` workers per rank; checkpoints every `every` steps.
+/// `until` steps, from `threads` workers per rank; checkpoints every `every` steps (into
+/// `checkpoints`, which rank 0 alone holds).
 pub fn train_exact(
     replicas: &Replicas<f32>,
     until: i64,
     every: i64,
     store: &Store,
-    checkpoints: &Checkpoints,
+    checkpoints: Option<&Checkpoints>,
 ) {
     let workers = replicas.total_workers();
     let threads = workers / replicas.ranks();
@@ -148,14 +149,20 @@ pub fn train_exact(
     }
 }
 
-/// Restores the newest checkpoint in `dir` into `store` (rank 0 only: the replicas hand it
-/// to the others); returns whether there was one.
-pub fn restore_newest(store: &Store, checkpoints: &Checkpoints, rank: usize) -> bool {
-    let newest = checkpoints.list().unwrap().pop();
-    if let (Some(path), 0) = (&newest, rank) {
-        store.restore(path, Restore::default()).unwrap();
-    }
-    newest.is_some()
+/// Rank 0's checkpoints in `dir`: only rank 0 saves, and only it makes a `Checkpoints`
+/// (making one cleans up temporary files by this machine's process ids).
+pub fn rank0_checkpoints(dir: &Path, keep: usize, rank: usize) -> Option<Checkpoints> {
+    (rank == 0).then(|| Checkpoints::new(dir, keep).unwrap())
+}
+
+/// Restores the newest of `checkpoints` into `store` (rank 0's: the replicas hand it to the
+/// others); returns whether there was one (`false` on the other ranks).
+pub fn restore_newest(store: &Store, checkpoints: Option<&Checkpoints>) -> bool {
+    let Some(newest) = checkpoints.and_then(|c| c.list().unwrap().pop()) else {
+        return false;
+    };
+    store.restore(&newest, Restore::default()).unwrap();
+    true
 }
 
 /// Every variable's bits in name order: what ranks and runs compare.

@@ -106,17 +106,33 @@ impl<A: Element + NdFloat> Replicas<A> {
     /// so that a job on any number of processes can resume from the file: rank 0 restores it
     /// before building the replicas, which hand it to the others.
     ///
+    /// `checkpoints` is used on rank 0 only; the other ranks pass `None` (or anything: it is
+    /// ignored). Only rank 0 should make the [`Checkpoints`]: making one removes the
+    /// temporary files of saves whose process is gone, judged by this machine's process
+    /// ids, so a rank on another machine that shares the directory could take rank 0's
+    /// save in flight for a dead one.
+    ///
     /// # Errors
-    /// `check_agreement`'s; on rank 0 the save's error, or [`Error::NotFound`] naming a
-    /// replicated variable that `store` lacks; on the other ranks [`Problem::Checkpoint`]
-    /// with rank 0's message. The previous checkpoint is intact then.
-    pub fn save_checkpoint(
+    /// `check_agreement`'s; on rank 0 the save's error, [`Error::NotFound`] naming a
+    /// replicated variable that `store` lacks, or [`Error::InvalidSetting`] for no
+    /// `checkpoints`; on the other ranks [`Problem::Checkpoint`] with rank 0's message. The
+    /// previous checkpoint is intact then.
+    pub fn save_checkpoint<'c>(
         &self,
         store: &Store,
-        checkpoints: &Checkpoints,
+        checkpoints: impl Into<Option<&'c Checkpoints>>,
     ) -> Result<Option<PathBuf>> {
+        let checkpoints = checkpoints.into();
         self.check_agreement()?;
         let save = || -> Result<PathBuf> {
+            let Some(checkpoints) = checkpoints else {
+                return Err(Error::InvalidSetting {
+                    owner: format!("replicas of optimizer `{}`", self.optimizer.name()),
+                    setting: "checkpoints",
+                    value: "None".to_owned(),
+                    expected: "the checkpoints rank 0 saves to",
+                });
+            };
             if let Some(var) = self.replicated().iter().find(|v| !store.contains(v.name())) {
                 return Err(Error::NotFound {
                     name: var.name().to_owned(),
@@ -156,4 +172,30 @@ fn most_common(each: &[u64]) -> u64 {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array1;
+
+    use crate::optim::{Optimizer, Replicas};
+    use crate::{Error, Store};
+
+    #[test]
+    fn a_checkpoint_without_checkpoints_is_refused_on_rank_0() {
+        let store = Store::new();
+        let w = store.variable("w", Array1::<f32>::zeros(2)).unwrap();
+        let sgd = Optimizer::sgd(0.5).name("sgd").param(&w).build().unwrap();
+        sgd.register_state(&store).unwrap();
+        let replicas = Replicas::new(sgd, 1);
+        let error = replicas.save_checkpoint(&store, None).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                Error::InvalidSetting { owner, setting: "checkpoints", .. }
+                    if owner == "replicas of optimizer `sgd`"
+            ),
+            "{error}"
+        );
+    }
 }
