@@ -7,7 +7,9 @@
 //! loader's checks of what a header declares are what gets explored.
 //!
 //! Checked: it never panics; a refusal is `Error::Checkpoint` naming `<bytes>`; what it
-//! accepts agrees with the safetensors crate's reading (names, dtypes, shapes, bytes). Run
+//! accepts agrees with the safetensors crate's reading (names, dtypes, shapes, bytes), and
+//! saves (`to_bytes`) as a file of the same tensors that loads into the same variables and
+//! restores into them (`Store::restore`) unchanged. Run
 //! under a memory limit (`-rss_limit_mb=2048 -malloc_limit_mb=1024`, as `.ci/run` does): a
 //! file of at most a few KiB that makes the loader allocate a GiB is a finding: e.g. the
 //! 117-byte header declaring a paged table of 2^33 rows of no columns (seed
@@ -194,7 +196,12 @@ fn file(input: &Input) -> Vec<u8> {
             DTypeIn::Text(text) => (text.clone(), 1),
         };
         let shape: Vec<u64> = t.shape.iter().take(6).map(|d| d.value()).collect();
-        let bytes = shape.iter().try_fold(size, |n, &d| n.checked_mul(d));
+        // As safetensors counts: the elements (a checked product), then their bytes, so
+        // that [2^62, 0] is 0 bytes whatever the dtype.
+        let bytes = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(size));
         let exact = (end, end.saturating_add(bytes.unwrap_or(u64::MAX)));
         let (start, stop) = match t.offsets {
             Offsets::Exact => exact,
