@@ -28,10 +28,11 @@ fuzz_long() {
 run bin/loom.sh
 run env LOOM_MAX_PREEMPTIONS=3 bin/loom.sh
 run bin/mutants.sh
-# As CI's miri step (.ci/run says why these flags), over every integration test file.
+# As CI's miri step (.ci/run says why these flags), over the unit tests and every
+# integration test file, none skipped.
 miri_tests() {
     MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
-        CARGO_TARGET_DIR=target/miri cargo +nightly miri test --test '*'
+        CARGO_TARGET_DIR=target/miri cargo +nightly miri test --lib --test '*'
 }
 run bin/sanitizers.sh address --lib --tests
 run bin/sanitizers.sh thread --lib --tests
