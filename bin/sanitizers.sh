@@ -28,22 +28,26 @@ address)
     # blocks unless it is small.
     export ASAN_OPTIONS="detect_leaks=1:quarantine_size_mb=16:halt_on_error=1"
     export LSAN_OPTIONS="suppressions=$PWD/bin/lsan.supp:print_suppressions=0"
-    # The unit tests and the stress tests, as ThreadSanitizer's: the files of their own
-    # measure the process (allocations, resident memory, CPU time) and exercise no code
+    # The unit tests and the stress tests, as ThreadSanitizer's: the rest of tests/alone.rs
+    # measures the process (allocations, resident memory, CPU time) and exercises no code
     # path the suite does not (bin/verify-deep.sh runs every test under both sanitizers).
-    default=(--lib --test suite --test snapshots --test reader_frees_nothing --test held_snapshots)
+    default=(--lib --test suite)
     ;;
 thread)
     export TSAN_OPTIONS="suppressions=$PWD/bin/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
     # The multi-threaded tests that are quick natively (TSan runs them 5-15x slower): the
     # suite (promises, combining, sections, paged, rayon, linearizability, queue and the
-    # rest of tests/suite.rs) and three files of their own.
-    default=(--test suite --test snapshots --test reader_frees_nothing --test held_snapshots)
+    # rest of tests/suite.rs) and three modules of tests/alone.rs.
+    default=(--test suite)
     ;;
 *)
     echo "unknown sanitizer: $kind (address or thread)" >&2
     exit 2
     ;;
 esac
-(($# > 0)) || set -- "${default[@]}"
-exec cargo +nightly test -Zbuild-std --target "$host" "$@"
+tests=(cargo +nightly test -Zbuild-std --target "$host")
+(($# > 0)) && exec "${tests[@]}" "$@"
+# The defaults, then the stress modules of tests/alone.rs (snapshots, held_snapshots and
+# reader_frees_nothing) in a second run: its filters would apply to every binary of the first.
+"${tests[@]}" "${default[@]}"
+exec "${tests[@]}" --test alone -- snapshots:: reader_frees_nothing::

@@ -31,8 +31,11 @@ run bin/mutants.sh
 # As CI's miri step (.ci/run says why these flags), over the unit tests and every
 # integration test file, none skipped.
 miri_tests() {
-    MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
-        CARGO_TARGET_DIR=target/miri cargo +nightly miri test --lib --test '*'
+    export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks"
+    export CARGO_TARGET_DIR=target/miri
+    cargo +nightly miri test --lib --test suite &&
+        # Miri starts no process: tests/alone.rs's tests run in place, one at a time.
+        cargo +nightly miri test --test alone -- --test-threads=1
 }
 run bin/sanitizers.sh address --lib --tests
 run bin/sanitizers.sh thread --lib --tests

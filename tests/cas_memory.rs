@@ -2,8 +2,7 @@
 //! combined) from more threads than cores keep their variable's versions bounded. Each is
 //! pinned for nearly all of its write, so the ones the OS deschedules hold the epoch back;
 //! without the wait for room (`src/variable/counted.rs`), the running writers would
-//! allocate millions of versions in a few seconds. (Its own file: the count is per
-//! variable, and nothing else runs beside it.)
+//! allocate millions of versions in a few seconds.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -44,6 +43,7 @@ fn peak_live<A: mvtensor::Element, D: ndarray::Dimension>(
 
 #[test]
 fn counter_increments_from_more_threads_than_cores_stay_within_the_room() {
+    alone!();
     let per_thread = if cfg!(miri) { 100 } else { 250_000 };
     let counter = Variable::scalar(0i64);
     let peak = peak_live(&counter, per_thread, |c| {
@@ -64,6 +64,7 @@ fn counter_increments_from_more_threads_than_cores_stay_within_the_room() {
 
 #[test]
 fn whole_value_writes_from_more_threads_than_cores_stay_within_the_room() {
+    alone!();
     let (len, per_thread) = if cfg!(miri) { (16, 50) } else { (1024, 50_000) };
     let w = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let value = ArrayD::<f32>::ones(IxDyn(&[len]));
@@ -85,6 +86,7 @@ fn whole_value_writes_from_more_threads_than_cores_stay_within_the_room() {
 /// waited for room too.
 #[test]
 fn executions_from_more_threads_than_cores_stay_within_the_room() {
+    alone!();
     let per_thread = if cfg!(miri) { 50 } else { 100_000 };
     let counters: Vec<_> = (0..THREADS).map(|_| Variable::scalar(0i64)).collect();
     let peak = AtomicUsize::new(0);

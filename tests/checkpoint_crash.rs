@@ -25,7 +25,7 @@ fn a_crash_during_a_save_leaves_a_whole_checkpoint() {
     let path = dir.path().join("model.safetensors");
     let mut seed = std::process::id() as u64 | 1;
     for round in 0..12 {
-        let child = saver("saves_forever", CHILD, &path);
+        let child = saver("checkpoint_crash::saves_forever", CHILD, &path);
         kill_after_a_save(child, &mut seed, round);
         assert_whole(&path, round);
     }
@@ -55,7 +55,11 @@ fn killed_saves_leave_no_pile_of_temporary_files() {
     // Rounds until three kills have landed mid-save (about one in four does).
     let (mut left, mut rounds) = (0, 0);
     while left < 3 && rounds < 64 {
-        let child = saver("saves_numbered_forever", NUMBERED, dir.path());
+        let child = saver(
+            "checkpoint_crash::saves_numbered_forever",
+            NUMBERED,
+            dir.path(),
+        );
         kill_after_a_save(child, &mut seed, rounds);
         let now = temporaries();
         assert!(now <= 1, "round {rounds}: {now} temporary files");

@@ -1,9 +1,8 @@
 //! What a save and a load cost and leave: a save streams the snapshot into the file (no
 //! buffer of a table's or a tensor's size), a hostile header is refused before anything of
 //! the sizes it declares is allocated, registering and loading N variables allocate N log N,
-//! and a file's permissions follow the process's umask. What is allocated is counted by this
-//! binary's allocator (`tests/counting`), and the umask is process-wide, which is why these
-//! tests have a process of their own.
+//! and a file's permissions follow the process's umask. What is allocated is counted by the
+//! binary's allocator (`tests/counting`).
 
 use std::collections::HashMap;
 
@@ -12,7 +11,7 @@ use mvtensor::{Error, PagedVariable, Store};
 use ndarray::{arr0, Array1, Array2, Ix1};
 use safetensors::tensor::{Dtype, TensorView};
 
-mod counting;
+use crate::counting;
 
 use counting::{bytes_allocated_by, largest_allocation};
 
@@ -23,6 +22,7 @@ use counting::{bytes_allocated_by, largest_allocation};
 #[test]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_save_streams_tables_and_tensors_into_the_file() {
+    alone!();
     let (rows, width, dense) = (1 << 19, 16, 1 << 22);
     let table_bytes = rows * width * 4;
     let dir = tempfile::tempdir().unwrap();
@@ -75,6 +75,7 @@ fn a_save_streams_tables_and_tensors_into_the_file() {
 #[cfg(unix)]
 #[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
 fn a_saved_file_gets_the_process_umask() {
+    alone!();
     use std::os::unix::fs::PermissionsExt;
 
     let dir = tempfile::tempdir().unwrap();
@@ -109,6 +110,7 @@ fn a_saved_file_gets_the_process_umask() {
 /// parsing a header of a hundred bytes takes, nowhere near one entry per page.
 #[test]
 fn a_hostile_header_is_refused_before_its_sizes_are_allocated() {
+    alone!();
     let view = TensorView::new(Dtype::F32, vec![1 << 33, 0], &[]).unwrap();
     let metadata = HashMap::from([("mvtensor.paged.emb".to_owned(), "1".to_owned())]);
     let bytes = safetensors::serialize([("emb", view)], Some(metadata)).unwrap();
@@ -148,6 +150,7 @@ fn many_tensors(count: usize) -> Vec<u8> {
 #[test]
 #[cfg_attr(miri, ignore = "10,000 variables")]
 fn registering_and_loading_allocate_in_proportion_to_the_tensors() {
+    alone!();
     const N: usize = 2_000;
     let register = |count: usize| {
         let store = Store::new();

@@ -13,8 +13,8 @@
 //! which the first test checks; the second asserts the promise itself and is ignored until
 //! a large write stops pushing a bag.
 
-mod common;
-mod counting;
+use crate::common;
+use crate::counting;
 
 use std::sync::{Barrier, Mutex, PoisonError};
 
@@ -69,6 +69,7 @@ fn one_thread(len: usize, writes: usize) -> (f64, f64) {
 
 #[test]
 fn steady_dense_writes_reuse_their_versions() {
+    alone!();
     let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
 
     // 16 under miri, which spends its time on the elements: a small version either way.
@@ -109,6 +110,7 @@ fn steady_dense_writes_reuse_their_versions() {
 #[ignore = "a large write pushes a bag on crossbeam-epoch's global queue: one 2 KiB queue \
             node per write (limbo::retire's flush of the version's own tick)"]
 fn steady_large_writes_do_not_allocate() {
+    alone!();
     let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
     for &len in large_lens() {
         let (add, scaled_add) = one_thread(len, writes_for(len));

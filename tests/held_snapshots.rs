@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use mvtensor::Variable;
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::{quiesce, scaled};
 
 /// A reader keeps three snapshots (taken between writes) while the writer writes thousands
@@ -18,6 +18,7 @@ use common::{quiesce, scaled};
 /// the snapshots never change; once they are dropped, the held versions come back.
 #[test]
 fn snapshots_held_across_thousands_of_writes_hold_back_only_their_versions() {
+    alone!();
     // 64 KiB versions: each is retired in a batch of its own and reclaimed before its write
     // returns, so the count is exact at every write (small ones come back a batch at a time).
     // Miri takes 5 minutes over those: there the tensor is tiny and the counts not checked.

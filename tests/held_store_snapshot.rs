@@ -1,18 +1,16 @@
-//! What a held store snapshot keeps. One test per file: another test's thread pinned in the
-//! same process could hold the epoch back while a write waits for the version it replaced,
-//! and leave it counted. (It was one of `snapshots.rs`'s tests, beside a store snapshot of
-//! 1,000 variables and pinned readers.)
+//! What a held store snapshot keeps.
 
 use mvtensor::Store;
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::{quiesce, scaled};
 
 /// Snapshots hold their versions (and only those) after the variables move on. (64 KiB
 /// versions: their pool keeps at most two spares, so the count is exact.)
 #[test]
 fn a_held_snapshot_keeps_exactly_its_versions() {
+    alone!();
     let len = scaled(16, 16 * 1024);
     let store = Store::new();
     let w = store

@@ -1,16 +1,11 @@
 //! The caller's closures run unpinned, however long they take (an execution's, an `update`
 //! or `fetch_update` closure): the versions other threads retire meanwhile come back to
-//! their variables' pools. (Its own file, its tests one at a time: nothing else may hold
-//! the epoch back while they run. A pinned thread the OS deschedules holds it back for a
-//! time slice, in which the counter could fill its room.)
-
-use std::sync::Mutex;
+//! their variables' pools. (Nothing else may hold the epoch back while they run: a pinned
+//! thread the OS deschedules holds it back for a time slice, in which the counter could
+//! fill its room.)
 
 use mvtensor::{CriticalSection, Error, Variable};
 use ndarray::arr0;
-
-/// Held by each test: one at a time.
-static ALONE: Mutex<()> = Mutex::new(());
 
 /// A counter's room (`limbo::room`): 4 MiB of versions, each counted as its 8 bytes and 256.
 const COUNTER_ROOM: usize = (4 << 20) / (8 + 256);
@@ -42,7 +37,6 @@ fn increment_on_another_thread(counter: &Variable<i64, ndarray::Ix0>, writes: i6
 /// microseconds of that, where they take milliseconds). Checks that the counter kept at most
 /// a quarter of its room live.
 fn nothing_held_back_beside_an_execution(queued: bool) {
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let writes: i64 = if cfg!(miri) { 200 } else { 40_000 };
     let w = Variable::scalar(0i64);
     let counter = Variable::scalar(0i64);
@@ -86,7 +80,6 @@ fn check_peak(peak: usize, beside: &str) {
 /// counter's live versions meanwhile, as beside an execution. With `queued`, a critical
 /// section holds the variable (the write holds its ticket while the closure runs).
 fn nothing_held_back_beside_an_update(fetch: bool, queued: bool) {
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let writes: i64 = if cfg!(miri) { 200 } else { 40_000 };
     let w = Variable::new(ndarray::arr1(&[1.0f32; 16]));
     let _section = queued.then(|| CriticalSection::builder().resource(&w).build().unwrap());
@@ -118,6 +111,7 @@ fn nothing_held_back_beside_an_update(fetch: bool, queued: bool) {
 /// write.
 #[test]
 fn a_long_execution_holds_back_no_other_variables_versions() {
+    alone!();
     nothing_held_back_beside_an_execution(false);
 }
 
@@ -126,6 +120,7 @@ fn a_long_execution_holds_back_no_other_variables_versions() {
 /// long as that execution runs.
 #[test]
 fn a_write_queued_behind_a_long_execution_holds_back_nothing() {
+    alone!();
     nothing_held_back_beside_an_execution(true);
 }
 
@@ -134,6 +129,7 @@ fn a_write_queued_behind_a_long_execution_holds_back_nothing() {
 /// the counter's versions live for as long as it runs.
 #[test]
 fn a_long_update_closure_holds_back_no_other_variables_versions() {
+    alone!();
     nothing_held_back_beside_an_update(false, false);
 }
 
@@ -141,6 +137,7 @@ fn a_long_update_closure_holds_back_no_other_variables_versions() {
 /// ticket, then runs its closure holding it, unpinned.
 #[test]
 fn a_long_update_closure_of_a_sections_variable_holds_back_nothing() {
+    alone!();
     nothing_held_back_beside_an_update(false, true);
 }
 
@@ -148,5 +145,6 @@ fn a_long_update_closure_of_a_sections_variable_holds_back_nothing() {
 /// write's count of it.
 #[test]
 fn a_long_fetch_update_closure_holds_back_no_other_variables_versions() {
+    alone!();
     nothing_held_back_beside_an_update(true, false);
 }

@@ -1,12 +1,11 @@
-//! Promise 7: memory stays bounded under endless writes. One test per file, so that the
-//! resident-memory reading belongs to this workload alone.
+//! Promise 7: memory stays bounded under endless writes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use mvtensor::Variable;
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::quiesce;
 
 const MIB: usize = 1 << 20;
@@ -53,6 +52,7 @@ impl Writes {
 /// (seen here: 60+ live versions with two pinned summing readers on two cores).
 #[test]
 fn hundred_thousand_writes_keep_memory_bounded() {
+    alone!();
     // Under a sanitizer (bin/sanitizers.sh sets MVTENSOR_SANITIZER) a tenth of the writes:
     // 100,000 took ASan ~2 minutes of CI, and what it checks there is every access, not
     // how long the bound holds.

@@ -1,13 +1,12 @@
 //! Promise 7 with a paged snapshot held: a `PagedSnapshot` from `read()` keeps its table in
-//! a hold slot, as a dense `Snapshot` does, not by a pin. One test per file: another test's
-//! pins would hold back the epoch the bounds rely on.
+//! a hold slot, as a dense `Snapshot` does, not by a pin.
 
 use std::sync::mpsc;
 
 use mvtensor::{PagedVariable, Variable};
 use ndarray::{Array2, ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::scaled;
 
 /// A `PagedSnapshot` from `read()` holds its table the same way: held across thousands of
@@ -19,6 +18,7 @@ use common::scaled;
 /// an epoch the reader's pin held back.)
 #[test]
 fn a_held_paged_snapshot_holds_back_no_other_version() {
+    alone!();
     let len = scaled(16, 16 * 1024); // 64 KiB: reclaimed before each write returns
     let exact = !cfg!(miri);
     let writes = scaled(64, 47 * 64); // whole rounds of the rows

@@ -1,9 +1,8 @@
 //! A paged variable's memory, counted in pages (not time): with no snapshot held it owns its
 //! table, the pages its last few writes replaced, and a bounded pool of spares; an owned
-//! snapshot keeps what it needs until it is dropped. One test per file: other tests' pins
-//! would hold back the epoch this bound relies on.
+//! snapshot keeps what it needs until it is dropped.
 
-mod common;
+use crate::common;
 
 use common::scaled;
 use mvtensor::PagedVariable;
@@ -11,6 +10,7 @@ use ndarray::Array2;
 
 #[test]
 fn a_paged_variable_keeps_its_table_and_a_few_writes_of_pages() {
+    alone!();
     let (rows, width, k) = (scaled(100, 100_000), 64, 32);
     let table = PagedVariable::new(Array2::<f32>::zeros((rows, width))).unwrap();
     let stats = table.stats();

@@ -2,11 +2,11 @@
 //! allocates nothing of its own: the staged writes' buffers, the book's lists, the commit
 //! record, the table and its pages are all reused. What remains is crossbeam-epoch's
 //! bookkeeping: a bag node each time the paged variable's grace clock defers a tick, about
-//! once per commit here (`row_allocations.rs`: about once per two plain paged writes). A
-//! counting allocator (one test per file: it counts for the whole process).
+//! once per commit here (`row_allocations.rs`: about once per two plain paged writes). The
+//! binary's counting allocator counts.
 
-mod common;
-mod counting;
+use crate::common;
+use crate::counting;
 
 use counting::allocations;
 use mvtensor::{PagedVariable, Variable};
@@ -14,6 +14,7 @@ use ndarray::{arr0, Array2};
 
 #[test]
 fn steady_paged_executions_do_not_allocate() {
+    alone!();
     let executions = if cfg!(miri) { 150 } else { 20_000 };
     // Miri spends its time on the table's pages: fewer rows there.
     let rows = if cfg!(miri) { 64 } else { 1000 };

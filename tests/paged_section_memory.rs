@@ -1,9 +1,8 @@
 //! Section commits give a paged variable's replaced pages back as plain writes do: after
 //! many executions, its pages are within the bound of `paged_memory.rs`. Counted in pages,
-//! not time. One test per file: other tests' pins would hold back the epoch the bound
-//! relies on.
+//! not time.
 
-mod common;
+use crate::common;
 
 use common::scaled;
 use mvtensor::{PagedVariable, Variable};
@@ -11,6 +10,7 @@ use ndarray::{arr0, Array2};
 
 #[test]
 fn section_commits_keep_pages_bounded() {
+    alone!();
     let (rows, width, k) = (scaled(200, 20_000), 16, 8);
     let table = PagedVariable::new(Array2::<f32>::zeros((rows, width))).unwrap();
     let steps = Variable::new(arr0(0i64));

@@ -3,7 +3,7 @@
 //! variable that was never in a store snapshot. Counted in pages, not time. One test per
 //! file: other tests' pins would hold back the epoch the bound relies on.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,6 +13,7 @@ use ndarray::{arr0, Array2};
 
 #[test]
 fn store_snapshots_leave_no_chain_behind() {
+    alone!();
     let (rows, width, k) = (scaled(200, 20_000), 16, 8);
     let store = Store::new();
     let emb = store

@@ -2,9 +2,8 @@
 //! cut is whole and in order, and once writers and snapshots stop the tables' pages come
 //! back within the plain bound. (Run on a 16-core machine for 160 s with 3-16 writers and
 //! 2-16 snapshot threads, 51M writes and 83M snapshots, before it was cut to this size.)
-//! One test per file: other tests' pins would hold back the epoch the bound relies on.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,6 +16,7 @@ use ndarray::{arr0, Array2, Ix0, Ix2};
 /// table's two columns agree, and `c` is at most one write per writer ahead of `q`.
 #[test]
 fn store_snapshots_of_paged_tables_stay_whole_and_ordered_under_writers() {
+    alone!();
     let (writers, snapshotters, writes) = (4, 2, scaled(30, 5_000));
     let store = Store::new();
     let c = store.variable("c", arr0(0i64)).unwrap();

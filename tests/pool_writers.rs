@@ -1,14 +1,13 @@
 //! Promise 7g: a large variable's pool keeps a third spare while several threads add
 //! deltas to it (`src/pool/writers.rs`), and gives it back: once the writers stop, one lone
-//! write leaves the current version and two spares. One test per file: another test's
-//! thread pinned in the same process could hold the epoch back.
+//! write leaves the current version and two spares.
 
 use std::sync::Barrier;
 
 use mvtensor::Variable;
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::{quiesce, scaled};
 
 #[test]
@@ -17,6 +16,7 @@ use common::{quiesce, scaled};
     ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
 )]
 fn several_writers_leave_the_current_version_and_two_spares() {
+    alone!();
     let len = 64 * 1024; // 256 KiB of f32: a large version
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let delta = ArrayD::<f32>::ones(IxDyn(&[len]));

@@ -1,13 +1,12 @@
 //! Promise 7, after a stall: a large variable whose writers allocated extra versions while a
 //! pinned thread held reclamation back keeps its current version and two spares once nobody
-//! is pinned and it is written again, whichever way it is written. One test per file:
-//! another test's thread pinned in the same process could hold the epoch back.
+//! is pinned and it is written again, whichever way it is written.
 
 use std::sync::mpsc;
 
 use mvtensor::Error;
 
-mod common;
+use crate::common;
 use common::{large_with_section, quiesce};
 
 #[test]
@@ -16,6 +15,7 @@ use common::{large_with_section, quiesce};
     ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
 )]
 fn a_stalled_variable_trims_back_to_two_spares_after_a_write() -> Result<(), Error> {
+    alone!(Ok(()));
     let len = 64 * 1024;
     let (v, delta, section) = large_with_section(len); // 256 KiB of f32: a large version, trimmed to two spares
     let writes: [&dyn Fn() -> Result<(), Error>; 2] = [&|| v.assign_add(&delta).map(drop), &|| {

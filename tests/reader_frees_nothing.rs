@@ -3,48 +3,16 @@
 //! version back to its pool. A counting allocator checks that a thread that only reads never
 //! frees a tensor-sized block while a writer churns through versions. (crossbeam's own
 //! bookkeeping, a ~2 KiB bag node now and then, is below the threshold and not ours.) The
-//! allocator counts for the whole process, but only frees on threads marked as readers, and
-//! both tests here expect none, so they may share it.
+//! allocator (`counting`) counts only the frees of threads marked as readers.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use mvtensor::{PagedVariable, Variable};
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
+use crate::counting::{mark_reader, reader_frees};
 use common::quiesce;
-
-/// Frees of at least this many bytes count as freeing a tensor (versions here are 64 KiB).
-const TENSOR_BYTES: usize = 16 * 1024;
-
-struct Counting;
-
-thread_local! {
-    static READER: Cell<bool> = const { Cell::new(false) };
-}
-static READER_FREES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // `try_with`: a thread's locals may be gone while it exits.
-        if layout.size() >= TENSOR_BYTES && READER.try_with(Cell::get).unwrap_or(false) {
-            READER_FREES.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 #[test]
 #[cfg_attr(
@@ -52,7 +20,7 @@ static ALLOCATOR: Counting = Counting;
     ignore = "a global allocator and 64 KiB tensors: too slow under miri"
 )]
 fn a_reader_never_frees_a_version() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    alone!();
     let len = 16 * 1024; // 64 KiB of f32
     let v = Variable::new(ArrayD::<f32>::zeros(IxDyn(&[len])));
     let delta = ArrayD::<f32>::ones(IxDyn(&[len]));
@@ -60,7 +28,7 @@ fn a_reader_never_frees_a_version() {
     let reads = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
-            READER.with(|r| r.set(true));
+            mark_reader();
             // Many short pins: every 128th makes crossbeam collect on this thread, which runs
             // whatever retired batches have expired, the writer's included.
             while !done.load(Ordering::Acquire) {
@@ -79,7 +47,7 @@ fn a_reader_never_frees_a_version() {
         reader.join().unwrap();
     });
     assert_eq!(
-        READER_FREES.load(Ordering::Relaxed),
+        reader_frees(),
         0,
         "a thread that only reads freed a tensor-sized block"
     );
@@ -101,9 +69,6 @@ fn wait_for_a_read(reads: &AtomicUsize) {
     }
 }
 
-/// The two tests take turns: a reader of one, pinned, would hold back the other's epoch.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 /// The same for a paged variable: its retired tables' counts drop inside whichever thread
 /// runs the epoch's deferred functions, readers included, and that only decrements; the
 /// writer reuses or frees the pages. Pages are 16 KiB here, so a page freed by the reader
@@ -114,7 +79,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     ignore = "a global allocator and 16 KiB pages: too slow under miri"
 )]
 fn a_reader_never_frees_a_page() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    alone!();
     let (rows, width) = (4096, 64); // 64 rows of 64 f32 per page: 16 KiB
     let table = PagedVariable::builder(ndarray::Array2::<f32>::zeros((rows, width)))
         .rows_per_page(64)
@@ -125,7 +90,7 @@ fn a_reader_never_frees_a_page() {
     let reads = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
-            READER.with(|r| r.set(true));
+            mark_reader();
             while !done.load(Ordering::Acquire) {
                 let snap = table.read();
                 // Every write adds 1 to rows 0 and 64 (two pages): they always agree.
@@ -144,7 +109,7 @@ fn a_reader_never_frees_a_page() {
         reader.join().unwrap();
     });
     assert_eq!(
-        READER_FREES.load(Ordering::Relaxed),
+        reader_frees(),
         0,
         "a thread that only reads freed a page-sized block"
     );

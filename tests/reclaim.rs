@@ -1,10 +1,9 @@
 //! A lone writer of a large variable gets each replaced version back in its pool before its
-//! write returns, so its passes alternate between two buffers (the cache-friendly case). One test per file:
-//! another test's thread pinned in the same process could hold the epoch back.
+//! write returns, so its passes alternate between two buffers (the cache-friendly case).
 
 use mvtensor::Error;
 
-mod common;
+use crate::common;
 use common::large_with_section;
 
 #[test]
@@ -13,6 +12,7 @@ use common::large_with_section;
     ignore = "needs 64 KiB versions: minutes under miri, and no unsafe code of its own"
 )]
 fn a_lone_writer_reuses_what_it_replaced() -> Result<(), Error> {
+    alone!(Ok(()));
     let len = 64 * 1024;
     let (v, delta, section) = large_with_section(len); // 256 KiB of f32: large enough to be reclaimed eagerly
     for i in 1..=50u64 {

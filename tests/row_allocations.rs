@@ -6,7 +6,7 @@
 //! paged variable's grace clock). One test: the counting allocator counts for the whole
 //! process.
 
-mod counting;
+use crate::counting;
 
 use counting::allocations;
 use mvtensor::{PagedVariable, Variable};
@@ -22,6 +22,7 @@ fn per_write(writes: usize, write: impl Fn(usize)) -> f64 {
 
 #[test]
 fn steady_row_writes_do_not_allocate() {
+    alone!();
     let writes = if cfg!(miri) { 300 } else { 5_000 };
     let rows = 64;
     let dense = Variable::new(Array2::<f32>::zeros((rows, 16)));

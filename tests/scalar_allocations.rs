@@ -3,13 +3,14 @@
 //! than once per call. What remains is crossbeam-epoch's own bookkeeping: a bag node each
 //! time a batch of retired versions is handed to it (one per 32 writes here).
 
-mod counting;
+use crate::counting;
 
 use counting::allocations;
 use mvtensor::Variable;
 
 #[test]
 fn steady_scalar_writes_do_not_allocate() {
+    alone!();
     let writes = if cfg!(miri) { 400 } else { 20_000 };
     let step = Variable::scalar(0i64);
     for _ in 0..writes {

@@ -1,11 +1,10 @@
 //! A write allocates nothing in steady state, a critical section's commit of several
 //! variables included (it shares one commit record among their versions, which the section
-//! reuses once no version carries it). A counting allocator (one test per file: it counts for
-//! the whole process) checks that steady executions allocate far less than once each. What
+//! reuses once no version carries it). The binary's counting allocator checks that steady executions allocate far less than once each. What
 //! remains is crossbeam-epoch's own bookkeeping: a bag node each time a batch of retired
 //! versions is handed to it.
 
-mod counting;
+use crate::counting;
 
 use counting::allocations;
 use mvtensor::{CriticalSection, Variable};
@@ -13,6 +12,7 @@ use ndarray::Array1;
 
 #[test]
 fn steady_executions_over_two_variables_do_not_allocate() {
+    alone!();
     let executions = if cfg!(miri) { 300 } else { 20_000 };
     // Small versions either way (batched); miri spends its time on the elements.
     let len = if cfg!(miri) { 16 } else { 256 };

@@ -1,7 +1,6 @@
-//! A steady stream of executions allocates nothing once its pool is full. One test per file:
-//! another test's thread descheduled while pinned holds the epoch back, and the versions the
-//! executions retire meanwhile cannot come back, so the pool runs dry and a fresh buffer is
-//! allocated. (It was one of `txn.rs`'s tests, beside eight others running at once.)
+//! A steady stream of executions allocates nothing once its pool is full. (Alone: another
+//! test's thread descheduled while pinned would hold the epoch back, so the versions the
+//! executions retire meanwhile could not come back, and the pool would run dry.)
 
 use mvtensor::{CriticalSection, Variable};
 use ndarray::ArrayD;
@@ -9,6 +8,7 @@ use ndarray::ArrayD;
 /// A steady stream of executions reuses pooled versions: no new buffer per execution.
 #[test]
 fn steady_executions_reuse_pooled_versions() {
+    alone!();
     let len = if cfg!(miri) { 4 } else { 256 };
     let x = Variable::new(ArrayD::<f32>::zeros(vec![len]));
     let cs = CriticalSection::builder().resource(&x).build().unwrap();

@@ -1,19 +1,18 @@
 //! Versions that store snapshots in progress keep linked are unlinked once they are done.
-//! One test per file: another test's thread pinned in the same process could hold the epoch
-//! back and keep retired versions alive.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mvtensor::Store;
 use ndarray::{ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::{quiesce, scaled};
 
 /// Back-to-back snapshots racing a writer each see a value that matches its version, and
 /// once none is in progress the writer unlinks every version they kept.
 #[test]
 fn versions_kept_for_snapshots_are_unlinked_once_they_are_done() {
+    alone!();
     let store = Store::new();
     // 128 KiB versions: their pool keeps at most two spares, so the count below is exact.
     let len = scaled(2, 16 * 1024);

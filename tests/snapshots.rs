@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use mvtensor::{CriticalSection, DType, Error, Store};
 use ndarray::{arr0, ArrayD, IxDyn};
 
-mod common;
+use crate::common;
 use common::{scaled, thread_cpu_time, Over};
 
 /// Two accounts whose sum every execution preserves; 4 writer threads transfer between them
 /// while readers take 100,000 snapshots. The sum holds in every one.
 #[test]
 fn transfers_preserve_the_sum_in_every_snapshot() {
+    alone!();
     let store = Store::new();
     let a = store.variable("a", arr0(1000i64).into_dyn()).unwrap();
     let b = store.variable("b", arr0(0i64).into_dyn()).unwrap();
@@ -89,6 +90,7 @@ fn transfers_preserve_the_sum_in_every_snapshot() {
 
 #[test]
 fn a_snapshot_is_frozen_and_lists_every_variable() {
+    alone!();
     let store = Store::new();
     let w = store
         .variable("w", ArrayD::<f32>::zeros(IxDyn(&[3])))
@@ -126,6 +128,7 @@ fn a_snapshot_is_frozen_and_lists_every_variable() {
 
 #[test]
 fn variables_created_after_a_snapshot_are_not_in_it() {
+    alone!();
     let store = Store::new();
     store.variable("old", arr0(1.0f64).into_dyn()).unwrap();
     let snap = store.snapshot();
@@ -140,6 +143,7 @@ fn variables_created_after_a_snapshot_are_not_in_it() {
 
 #[test]
 fn snapshot_lookups_are_typed() {
+    alone!();
     let store = Store::new();
     store.variable("w", arr0(1.0f32).into_dyn()).unwrap();
     let snap = store.snapshot();
@@ -163,6 +167,7 @@ fn snapshot_lookups_are_typed() {
 #[test]
 #[cfg_attr(miri, ignore = "measures CPU time, which miri does not model")]
 fn a_steady_writer_does_not_starve_snapshots() {
+    alone!();
     let store = Store::new();
     let vars: Vec<_> = (0..1000)
         .map(|i| {

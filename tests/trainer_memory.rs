@@ -1,6 +1,5 @@
 //! The trainer pattern: 4 threads, each holding `read()` of the weights while it
 //! computes a gradient from them, then adding the gradient. Live versions stay bounded.
-//! (Its own file: the count is per variable, and nothing else runs beside it.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,6 +16,7 @@ use ndarray::{ArrayD, IxDyn};
 /// descheduled mid-write holds the epoch for a timeslice. Both depend on scheduling.
 #[test]
 fn a_trainer_holding_reads_across_steps_comes_back_within_the_pool_bound() {
+    alone!();
     let (len, steps) = if cfg!(miri) {
         (16, 200)
     } else {

@@ -12,6 +12,7 @@ fn vector(xs: &[f32]) -> Variable<f32> {
 /// trainer writes it; the result matches the same arithmetic on plain arrays.
 #[test]
 fn an_optimizer_step_holds_several_resources_mutably_at_once() {
+    alone!();
     let (w, m, v) = (
         vector(&[1.0, -2.0, 3.0]),
         vector(&[0.0; 3]),
@@ -70,6 +71,7 @@ fn an_optimizer_step_holds_several_resources_mutably_at_once() {
 
 #[test]
 fn conflicting_borrows_are_typed_errors_and_end_when_dropped() {
+    alone!();
     let x = Variable::builder(arr1(&[1.0f32]).into_dyn())
         .name("x")
         .build();
@@ -118,6 +120,7 @@ fn conflicting_borrows_are_typed_errors_and_end_when_dropped() {
 
 #[test]
 fn a_failed_execution_leaves_no_trace_of_its_in_place_writes() {
+    alone!();
     let x = vector(&[1.0, 2.0]);
     let cs = CriticalSection::builder().resource(&x).build().unwrap();
     let failed = cs.execute(|tx| {
@@ -140,6 +143,7 @@ fn a_failed_execution_leaves_no_trace_of_its_in_place_writes() {
 /// execution": the committed value, never the execution's working copy.
 #[test]
 fn variable_read_inside_an_execution_shows_the_committed_value() {
+    alone!();
     let x = vector(&[1.0]);
     let cs = CriticalSection::builder().resource(&x).build().unwrap();
     cs.execute(|tx| {
@@ -154,6 +158,7 @@ fn variable_read_inside_an_execution_shows_the_committed_value() {
 
 #[test]
 fn in_place_adds_match_whole_array_arithmetic() {
+    alone!();
     let x = vector(&[1.0, 2.0, 3.0]);
     let cs = CriticalSection::builder().resource(&x).build().unwrap();
     let d = arr1(&[0.5f32, 0.5, 0.5]).into_dyn();
@@ -173,6 +178,7 @@ fn in_place_adds_match_whole_array_arithmetic() {
 
 #[test]
 fn builder_and_txn_print_their_resources() {
+    alone!();
     let a = Variable::builder(arr0(1i64).into_dyn()).name("a").build();
     let b = Variable::builder(arr0(2i64).into_dyn()).name("b").build();
     let builder = CriticalSection::builder().name("s").resources([&a, &b]);
@@ -192,6 +198,7 @@ fn builder_and_txn_print_their_resources() {
 /// `assign` copies a value of any memory layout into the working copy in logical order.
 #[test]
 fn assign_copies_any_layout_in_logical_order() {
+    alone!();
     use ndarray::ShapeBuilder;
     let x = Variable::new(ArrayD::<f32>::zeros(vec![2, 3]));
     let cs = CriticalSection::builder().resource(&x).build().unwrap();
@@ -207,6 +214,7 @@ fn assign_copies_any_layout_in_logical_order() {
 /// inverted view lands where that view showed it.
 #[test]
 fn layout_methods_on_a_working_copy_change_only_the_view() {
+    alone!();
     use ndarray::{arr2, Axis};
     let w: Variable<f32> = Variable::new(arr2(&[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).into_dyn());
     let section = CriticalSection::builder().resource(&w).build().unwrap();
