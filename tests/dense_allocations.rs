@@ -2,8 +2,7 @@
 //! struct and buffer come back to the variable that made them and are reused. A counting
 //! allocator checks steady `assign_add`s and `scaled_add`s of 1K, 64K and 1M f32 on one
 //! thread, and of two threads each writing its own 1K variable (under miri, 16 elements and
-//! no large version). It counts for the whole process, so the file's two tests take turns
-//! (`ALONE`).
+//! no large version).
 //!
 //! What remains is crossbeam-epoch's bookkeeping: a 2 KiB queue node each time a bag of
 //! deferred calls is pushed on its global queue. For small versions that is one per sealed
@@ -16,16 +15,12 @@
 use crate::common;
 use crate::counting;
 
-use std::sync::{Barrier, Mutex, PoisonError};
+use std::sync::Barrier;
 
 use common::scaled;
 use counting::allocations;
 use mvtensor::Variable;
 use ndarray::{Array1, Ix1};
-
-/// Held by each test while it counts: the harness runs a file's tests on threads of their
-/// own, at once.
-static ALONE: Mutex<()> = Mutex::new(());
 
 /// None under miri, which interprets every element: a large version (64 KiB and up) would
 /// take it many minutes (1,200 writes of 1K took it more than six minutes).
@@ -70,7 +65,6 @@ fn one_thread(len: usize, writes: usize) -> (f64, f64) {
 #[test]
 fn steady_dense_writes_reuse_their_versions() {
     alone!();
-    let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
 
     // 16 under miri, which spends its time on the elements: a small version either way.
     let small = scaled(16, 1024);
@@ -111,7 +105,6 @@ fn steady_dense_writes_reuse_their_versions() {
             node per write (limbo::retire's flush of the version's own tick)"]
 fn steady_large_writes_do_not_allocate() {
     alone!();
-    let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
     for &len in large_lens() {
         let (add, scaled_add) = one_thread(len, writes_for(len));
         assert!(add < 0.1, "{add} per {len}-element assign_add");
