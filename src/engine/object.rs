@@ -12,13 +12,16 @@
 //!   its variable is gone, the last counted reference frees the object ([`orphan`]).
 //! * [`Unlinked`]: an object a writer has just replaced on its head word, with the word's counts
 //!   moved into its count and the writer's fence issued: what the retire step takes.
+//!
+//! Every object also carries a *link* ([`link`](super::link)): the object it replaced while it
+//! is pending, which readers see until it commits.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-use crate::sync::{AtomicIsize, AtomicPtr, Ordering};
+use crate::sync::{AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 
 /// The bits of an address the head word and the lists keep: the counts sit above them.
 pub(crate) const ADDRESS_BITS: u32 = 48;
@@ -34,6 +37,9 @@ pub(crate) struct Object<T> {
     count: AtomicIsize,
     /// The link on a free or retired list: touched only by whoever has the object.
     next: AtomicPtr<Object<T>>,
+    /// The object this one replaced while pending, with counts (see [`link`](super::link)); 0
+    /// for none.
+    prev: AtomicUsize,
     value: T,
 }
 
@@ -52,6 +58,18 @@ impl fmt::Display for Unaddressable {
             self.address
         )
     }
+}
+
+/// One count in a counted word (a head word or a link): counts sit above the address.
+pub(super) const ONE: usize = 1 << ADDRESS_BITS;
+/// The address in a counted word; bit 0 is the head word's tag, never part of an address.
+pub(super) const ADDRESS: usize = (ONE - 1) & !1;
+/// The counts in a counted word.
+pub(super) const COUNTS: usize = !(ONE - 1);
+
+/// The counts a counted word carries.
+pub(super) fn counts(word: usize) -> usize {
+    word >> ADDRESS_BITS
 }
 
 /// The address of an object as the head word and the lists store it.
@@ -75,6 +93,15 @@ pub(super) unsafe fn at<T>(address: usize) -> NonNull<Object<T>> {
 pub(super) unsafe fn count<'a, T>(object: NonNull<Object<T>>) -> &'a AtomicIsize {
     // SAFETY: the caller's contract; a field of an atomic type, shared freely.
     unsafe { &(*object.as_ptr()).count }
+}
+
+/// An object's link word.
+///
+/// # Safety
+/// `object` is alive for `'a`.
+pub(super) unsafe fn prev<'a, T>(object: NonNull<Object<T>>) -> &'a AtomicUsize {
+    // SAFETY: the caller's contract; a field of an atomic type, shared freely.
+    unsafe { &(*object.as_ptr()).prev }
 }
 
 /// An object's value.
@@ -117,10 +144,32 @@ pub(super) unsafe fn link<T>(object: NonNull<Object<T>>, rest: usize) {
 /// Frees `object` and its value.
 ///
 /// # Safety
-/// Nobody else can reach `object`, and nobody will.
+/// Nobody else can reach `object`, and nobody will; its link is empty.
 pub(super) unsafe fn free<T>(object: NonNull<Object<T>>) {
+    // SAFETY: the caller's contract. Relaxed: exclusive.
+    debug_assert_eq!(unsafe { prev(object) }.load(Ordering::Relaxed), 0);
     // SAFETY: allocated as a `Box` by `Owned::new`; the caller's contract.
     drop(unsafe { Box::from_raw(object.as_ptr()) });
+}
+
+/// Frees an orphaned `object` and hands what its link held (the counts moved in) to the
+/// caller, to orphan in turn.
+///
+/// # Safety
+/// As for [`free`], but the link may be set.
+unsafe fn free_linked<T>(object: NonNull<Object<T>>) -> Option<NonNull<Object<T>>> {
+    // SAFETY: the caller's contract. Relaxed: exclusive.
+    let word = unsafe { prev(object) }.swap(0, Ordering::Relaxed);
+    let target = (word & ADDRESS != 0).then(|| {
+        // SAFETY: a set link holds an object's address, and keeps that object alive.
+        let target = unsafe { at::<T>(word & ADDRESS) };
+        // SAFETY: alive, as above. Relaxed: exclusive.
+        unsafe { count(target) }.fetch_add(counts(word) as isize, Ordering::Relaxed);
+        target
+    });
+    // SAFETY: as above; the link is empty now.
+    unsafe { free(object) };
+    target
 }
 
 /// Gives up one counted reference to an object whose variable is alive (so it is never the
@@ -142,12 +191,17 @@ pub(super) unsafe fn release<T>(object: NonNull<Object<T>>) {
 /// The caller has the variable exclusively: no slot guard of it is alive, no count can be
 /// taken on `object` any more, and the word's counts were moved into the object's.
 pub(super) unsafe fn orphan<T>(object: NonNull<Object<T>>) {
-    // SAFETY: the caller's contract: ours until orphaned. AcqRel: Acquire so that the
-    // references dropped before happen-before our free; Release so that everything before the
-    // orphaning happens-before the free of the last reference.
-    if unsafe { count(object) }.fetch_sub(ORPHANED, Ordering::AcqRel) == 0 {
-        // SAFETY: no counted reference is left, and the caller's contract excludes the rest.
-        unsafe { free(object) };
+    let mut next = Some(object);
+    while let Some(object) = next.take() {
+        // SAFETY: the caller's contract (down the chain: the link's, which the freed object
+        // held alone): ours until orphaned. AcqRel: Acquire so that the references dropped
+        // before happen-before our free; Release so that everything before the orphaning
+        // happens-before the free of the last reference.
+        if unsafe { count(object) }.fetch_sub(ORPHANED, Ordering::AcqRel) == 0 {
+            // SAFETY: no counted reference is left, and the caller's contract excludes the
+            // rest. A loop, not a recursion, down the links.
+            next = unsafe { free_linked(object) };
+        }
     }
 }
 
@@ -168,6 +222,7 @@ impl<T> Owned<T> {
         let object = NonNull::from(Box::leak(Box::new(Object {
             count: AtomicIsize::new(0),
             next: AtomicPtr::new(std::ptr::null_mut()),
+            prev: AtomicUsize::new(0),
             value,
         })));
         let address = address_of(object);
@@ -198,6 +253,10 @@ impl<T> Owned<T> {
         let object = self.object;
         std::mem::forget(self);
         object
+    }
+
+    pub(super) fn object(&self) -> NonNull<Object<T>> {
+        self.object
     }
 
     pub(super) fn address(&self) -> usize {
@@ -286,7 +345,10 @@ impl<T> Drop for Counted<T> {
             // SAFETY: ours is the last reference: the object lives until the free below.
             unsafe { count(self.object) }.load(Ordering::Acquire);
             // SAFETY: orphaned (no slot, no word can reach it) and no count left.
-            unsafe { free(self.object) };
+            if let Some(target) = unsafe { free_linked(self.object) } {
+                // SAFETY: what the freed object's link held, alone; its variable is gone.
+                unsafe { orphan(target) };
+            }
         }
     }
 }

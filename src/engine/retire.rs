@@ -22,6 +22,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::domain::Domain;
+use super::link;
 use super::object::{self, Object, Owned, Unaddressable, Unlinked, ADDRESS_BITS};
 use super::slots;
 use super::word::{Base, HeadWord, Read};
@@ -204,14 +205,36 @@ impl<T> Home<T> {
             && unsafe { object::count(object) }.load(Ordering::Acquire) == 0
     }
 
-    fn retire(&self, old: Unlinked<T>) {
-        let object = old.into_raw();
-        if self.is_free(object) {
-            self.give_back(object);
-        } else {
-            // SAFETY: unlinked and ours; it goes to the list.
-            unsafe { self.retired.push(object, usize::MAX) };
+    /// Retires an object unlinked from the head word or from a link: back to the free list if
+    /// nobody can reach it, else onto the retired list.
+    pub(super) fn retire(&self, old: Unlinked<T>) {
+        let mut next = Some(old);
+        while let Some(object) = next.take() {
+            let object = object.into_raw();
+            if self.is_free(object) {
+                // A loop, not a recursion, down the links.
+                next = self.reclaim(object);
+            } else {
+                // SAFETY: unlinked and ours; it goes to the list.
+                unsafe { self.retired.push(object, usize::MAX) };
+            }
         }
+    }
+
+    /// Gives a free object back, emptying its link first: returns what the link held, to be
+    /// retired next.
+    fn reclaim(&self, object: NonNull<Object<T>>) -> Option<Unlinked<T>> {
+        // SAFETY: free: nobody else can reach it, so nobody else empties its link; `release`
+        // fences before the scan of what the link held. (A look first: only a committed object
+        // replaced while its link was still set has one.)
+        let held = if unsafe { link::is_set(object) } {
+            // SAFETY: as above.
+            unsafe { link::release(object) }
+        } else {
+            None
+        };
+        self.give_back(object);
+        held
     }
 
     /// Puts a free object on the free list, or frees it if the list is full.
@@ -257,7 +280,9 @@ impl<T> Home<T> {
                     // SAFETY: ours, alive. Acquire: as in `is_free`.
                     && unsafe { object::count(object) }.load(Ordering::Acquire) == 0
                 {
-                    self.give_back(object);
+                    if let Some(held) = self.reclaim(object) {
+                        self.retire(held);
+                    }
                 } else {
                     kept += 1;
                     // SAFETY: ours; back to the list.

@@ -33,23 +33,15 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 
 use super::domain::Domain;
-use super::object::{self, Counted, Object, Owned, Unlinked, ADDRESS_BITS};
+use super::object::{self, counts, Counted, Object, Owned, Unlinked, ADDRESS, COUNTS, ONE};
 use super::slots::{self, Slot};
 use crate::sync::{AtomicUsize, Ordering};
 
 /// The tag bit that sections use for their *queued* mark; writers carry it over.
 pub(crate) const QUEUED: usize = 1;
-/// One count.
-const ONE: usize = 1 << ADDRESS_BITS;
-const ADDRESS: usize = (ONE - 1) & !QUEUED;
-const COUNTS: usize = !(ONE - 1);
 /// Counts at which a read moves them into the object. Loom models use 2, so that the move
 /// happens within a few reads.
 const DRAIN_AT: usize = if cfg!(mvtensor_loom) { 2 } else { 1 << 15 };
-
-fn counts(word: usize) -> usize {
-    word >> ADDRESS_BITS
-}
 
 /// An atomic pointer to the current object of type `T`, with counts and a tag.
 pub(crate) struct HeadWord<T> {
@@ -86,12 +78,8 @@ impl<T> HeadWord<T> {
             },
         );
         match slot {
-            Some(slot) => Read {
-                // SAFETY: a validated address is the current object's.
-                object: unsafe { object::at(candidate) },
-                slot: Some(slot),
-                _word: PhantomData,
-            },
+            // SAFETY: a validated address is the current object's, protected by the slot.
+            Some(slot) => unsafe { Read::slotted(object::at(candidate), slot) },
             None => self.read_counted(),
         }
     }
@@ -100,11 +88,8 @@ impl<T> HeadWord<T> {
     /// [`read`](Self::read).
     pub(super) fn read_counted(&self) -> Read<'_, T> {
         let (object, _) = self.count();
-        Read {
-            object,
-            slot: None,
-            _word: PhantomData,
-        }
+        // SAFETY: the count just taken, on an object of our variable.
+        unsafe { Read::counted(object) }
     }
 
     /// A writer's base: the current object, counted.
@@ -121,41 +106,9 @@ impl<T> HeadWord<T> {
     /// it.
     #[inline]
     fn count(&self) -> (NonNull<Object<T>>, usize) {
-        // Acquire: the installing compare-and-swap's release sequence (module docs).
-        let seen = self
-            .word
-            .fetch_add(ONE, Ordering::Acquire)
-            .wrapping_add(ONE);
+        let seen = count_through::<T>(&self.word);
         // SAFETY: the word always holds an object's address.
-        let object = unsafe { object::at(seen & ADDRESS) };
-        if counts(seen) >= DRAIN_AT {
-            // SAFETY: our count keeps the object alive.
-            unsafe { self.drain(seen, object) };
-        }
-        (object, seen)
-    }
-
-    /// Moves the counts of `seen` into `object`'s count if the word still is `seen`.
-    ///
-    /// # Safety
-    /// `object` is `seen`'s, and the caller holds a count on it.
-    #[cold]
-    unsafe fn drain(&self, seen: usize, object: NonNull<Object<T>>) {
-        let moved = counts(seen) as isize;
-        // SAFETY: the caller's count keeps the object. Relaxed: published by the Release of
-        // the compare-and-swap below.
-        let count = unsafe { object::count(object) };
-        count.fetch_add(moved, Ordering::Relaxed);
-        // Release: a writer whose compare-and-swap reads this word (or a later one) sees the
-        // counts in the object. Relaxed on failure: nothing read is used.
-        if self
-            .word
-            .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)
-            .is_err()
-        {
-            // Relaxed: undoes an over-count, which only ever kept the object longer.
-            count.fetch_sub(moved, Ordering::Relaxed);
-        }
+        (unsafe { object::at(seen & ADDRESS) }, seen)
     }
 
     /// Publishes `new` in place of `base`'s object if the word still shows it; then `base`'s
@@ -247,6 +200,42 @@ impl<T> Drop for HeadWord<T> {
     }
 }
 
+/// Takes one count through a counted word (a head word, or a link): returns the word as the
+/// `fetch_add` left it. Counts on a word that holds no object (an emptied link) count nothing.
+#[inline]
+pub(super) fn count_through<T>(word: &AtomicUsize) -> usize {
+    // Acquire: the installing compare-and-swap's release sequence (module docs); for an
+    // emptied link, the release that emptied it ([`link`](super::link)).
+    let seen = word.fetch_add(ONE, Ordering::Acquire).wrapping_add(ONE);
+    if counts(seen) >= DRAIN_AT && seen & ADDRESS != 0 {
+        // SAFETY: our count keeps the object alive.
+        unsafe { drain::<T>(word, seen, object::at(seen & ADDRESS)) };
+    }
+    seen
+}
+
+/// Moves the counts of `seen` into `object`'s count if `word` still is `seen`.
+///
+/// # Safety
+/// `object` is `seen`'s, and the caller holds a count on it.
+#[cold]
+unsafe fn drain<T>(word: &AtomicUsize, seen: usize, object: NonNull<Object<T>>) {
+    let moved = counts(seen) as isize;
+    // SAFETY: the caller's count keeps the object. Relaxed: published by the Release of the
+    // compare-and-swap below.
+    let count = unsafe { object::count(object) };
+    count.fetch_add(moved, Ordering::Relaxed);
+    // Release: a writer whose compare-and-swap reads this word (or a later one) sees the
+    // counts in the object. Relaxed on failure: nothing read is used.
+    if word
+        .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)
+        .is_err()
+    {
+        // Relaxed: undoes an over-count, which only ever kept the object longer.
+        count.fetch_sub(moved, Ordering::Relaxed);
+    }
+}
+
 /// A read: the object protected by a slot, or by a count. Not `Send` (a slot is the thread's).
 pub(crate) struct Read<'a, T> {
     object: NonNull<Object<T>>,
@@ -255,7 +244,37 @@ pub(crate) struct Read<'a, T> {
     _word: PhantomData<&'a HeadWord<T>>,
 }
 
-impl<T> Read<'_, T> {
+impl<'a, T> Read<'a, T> {
+    /// A read of `object` that `slot` protects.
+    ///
+    /// # Safety
+    /// `slot` protects `object` (validated against a word that held it), of a variable that
+    /// outlives `'a`.
+    pub(super) unsafe fn slotted(object: NonNull<Object<T>>, slot: Slot<'a>) -> Self {
+        Self {
+            object,
+            slot: Some(slot),
+            _word: PhantomData,
+        }
+    }
+
+    /// A read of `object` that a count the caller took protects.
+    ///
+    /// # Safety
+    /// The caller holds a count of `object` (of a variable that outlives `'a`) and gives it up.
+    pub(super) unsafe fn counted(object: NonNull<Object<T>>) -> Self {
+        Self {
+            object,
+            slot: None,
+            _word: PhantomData,
+        }
+    }
+
+    /// The object read.
+    pub(super) fn object(&self) -> NonNull<Object<T>> {
+        self.object
+    }
+
     /// A counted reference to the same object, for a snapshot that crosses threads. A slot is
     /// converted by counting first and clearing the slot after, so that a scan that sees the
     /// slot empty sees the count.
@@ -301,6 +320,13 @@ pub(crate) struct Base<'a, T> {
     /// The word as our count left it: what the compare-and-swap expects first.
     seen: usize,
     _word: PhantomData<&'a HeadWord<T>>,
+}
+
+impl<T> Base<'_, T> {
+    /// The object the base is.
+    pub(super) fn object(&self) -> NonNull<Object<T>> {
+        self.object
+    }
 }
 
 impl<T> Deref for Base<'_, T> {
