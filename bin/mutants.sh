@@ -73,7 +73,7 @@ MUTATIONS=(
   "src/engine/word.rs#                Ordering::Release,\n                Ordering::Relaxed,\n            ) {#                Ordering::Relaxed,\n                Ordering::Relaxed,\n            ) {#lib:loom_engine"
   "src/engine/word.rs#if others != 0 {#if false {#lib:loom_engine"
   "src/engine/word.rs#.compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)#.compare_exchange(seen, seen & !COUNTS, Ordering::Relaxed, Ordering::Relaxed)#lib:loom_engine"
-  "src/engine/word.rs#        count.fetch_add(moved, Ordering::Relaxed);\n        // Release: a writer whose compare-and-swap reads this word (or a later one) sees the\n        // counts in the object. Relaxed on failure: nothing read is used.\n        if self\n            .word\n            .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)\n            .is_err()\n        {#        if self\n            .word\n            .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)\n            .is_ok()\n        {\n            count.fetch_add(moved, Ordering::Relaxed);\n        } else if false {#lib:loom_engine"
+  "src/engine/word.rs#    count.fetch_add(moved, Ordering::Relaxed);\n    // Release: a writer whose compare-and-swap reads this word (or a later one) sees the\n    // counts in the object. Relaxed on failure: nothing read is used.\n    if word\n        .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)\n        .is_err()\n    {#    if word\n        .compare_exchange(seen, seen & !COUNTS, Ordering::Release, Ordering::Relaxed)\n        .is_ok()\n    {\n        count.fetch_add(moved, Ordering::Relaxed);\n    } else if false {#lib:loom_engine"
   "src/engine/word.rs#            unsafe { object::count(this.object) }.fetch_add(1, Ordering::Relaxed);\n            drop(slot);#            drop(slot);\n            unsafe { object::count(this.object) }.fetch_add(1, Ordering::Relaxed);#lib:loom_engine"
   "src/engine/object.rs#    unsafe { count(object) }.fetch_sub(1, Ordering::Release);#    unsafe { count(object) }.fetch_sub(1, Ordering::Relaxed);#lib:loom_engine"
   "src/engine/object.rs#let before = unsafe { count(self.object) }.fetch_sub(1, Ordering::Release);#let before = unsafe { count(self.object) }.fetch_sub(1, Ordering::Relaxed);#lib:loom_engine"
@@ -83,6 +83,10 @@ MUTATIONS=(
   "src/engine/retire.rs#                Ordering::Release,\n                Ordering::Relaxed,\n            ) {\n                Ok(_) => return true,#                Ordering::Relaxed,\n                Ordering::Relaxed,\n            ) {\n                Ok(_) => return true,#lib:loom_engine"
   "src/engine/retire.rs#let word = self.word.swap(0, Ordering::Acquire);#let word = self.word.swap(0, Ordering::Relaxed);#lib:loom_engine"
   "src/engine/retire.rs#if self.free.is_empty() || newcomers || (retired > 0 && self.due()) {#if false {#lib:loom_engine"
+  "src/engine/link.rs#let candidate = link.load(Ordering::Acquire) & ADDRESS;#let candidate = link.load(Ordering::Relaxed) & ADDRESS;#lib:loom_engine_f"
+  "src/engine/link.rs#let old = link.swap(0, Ordering::Release);#let old = link.swap(0, Ordering::Relaxed);#lib:loom_engine_f"
+  "src/engine/link.rs#    slots::after_unlink();\n    // SAFETY: unlinked by our swap#    // SAFETY: unlinked by our swap#lib:loom_engine_f"
+  "src/engine/link.rs#    if counts(old) != 0 {#    if false {#lib:loom_engine_g"
 )
 
 only="${1:-}"

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::domain::{Domain, SLOTS};
-use super::retire::Home;
+use super::retire::{Home, SPARES};
 
 /// A value with a commit flag, counting the values alive.
 struct Value {
@@ -171,4 +171,45 @@ fn a_home_dropped_while_pending_leaves_a_counted_snapshot_of_the_replaced_object
     assert_eq!(live.load(Ordering::Relaxed), 1, "the pending head went");
     drop(old);
     assert_eq!(live.load(Ordering::Relaxed), 0);
+}
+
+/// Readers on other threads against a writer that alternates pending installs (each committed
+/// and released) with plain writes: every read is committed, values only grow, and the objects
+/// stay bounded (each reader holds one, the writer's head and spares the rest).
+#[test]
+fn readers_never_see_a_pending_value_under_a_stream_of_installs() {
+    let writes = if cfg!(miri) { 40 } else { 20_000 };
+    let readers = 2;
+    let (home, live) = home();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..readers {
+            s.spawn(|| {
+                let mut last = 0;
+                while !done.load(Ordering::Acquire) {
+                    let read = visible(&home);
+                    assert!(read.is_committed(), "a pending value was shown");
+                    assert!(read.number >= last, "{} after {last}", read.number);
+                    last = read.number;
+                }
+            });
+        }
+        for number in 1..=writes {
+            if number % 2 == 1 {
+                let installed = install(&home, &live, number);
+                installed.get().committed.store(true, Ordering::Release);
+                installed.committed();
+            } else {
+                let mut new = home.spare(|| Value::new(0, true, &live)).unwrap();
+                new.number = number;
+                new.committed.store(true, Ordering::Relaxed);
+                assert!(home.publish(home.base(), new).is_ok(), "the only writer");
+            }
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert_eq!(visible(&home).number, writes);
+    let alive = live.load(Ordering::Relaxed);
+    // The head, the spares, one held by each reader at the last recheck, one retired since.
+    assert!(alive <= 1 + SPARES + readers + 1, "{alive} objects alive");
 }
