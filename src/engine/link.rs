@@ -43,17 +43,6 @@ pub(super) unsafe fn clear<T>(new: NonNull<Object<T>>) {
     unsafe { object::prev(new) }.store(0, Ordering::Relaxed);
 }
 
-/// Whether `object`'s link holds an object.
-///
-/// # Safety
-/// `object` is alive, and the caller protects it (or has it alone).
-pub(super) unsafe fn is_set<T>(object: NonNull<Object<T>>) -> bool {
-    // SAFETY: the caller's contract. Relaxed: a look before the swap that decides; a caller
-    // that acts on an empty link is ordered after the release that emptied it by the way it
-    // came to hold `object`.
-    unsafe { object::prev(object) }.load(Ordering::Relaxed) & ADDRESS != 0
-}
-
 /// What `object`'s link holds, protected by a slot of this thread's node in `domain` or by a
 /// count on the link; `None` if the link is empty (or was emptied meanwhile).
 ///

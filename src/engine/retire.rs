@@ -225,14 +225,9 @@ impl<T> Home<T> {
     /// retired next.
     fn reclaim(&self, object: NonNull<Object<T>>) -> Option<Unlinked<T>> {
         // SAFETY: free: nobody else can reach it, so nobody else empties its link; `release`
-        // fences before the scan of what the link held. (A look first: only a committed object
-        // replaced while its link was still set has one.)
-        let held = if unsafe { link::is_set(object) } {
-            // SAFETY: as above.
-            unsafe { link::release(object) }
-        } else {
-            None
-        };
+        // looks before it swaps (only a committed object replaced while its link was still set
+        // has one), and fences before the scan of what the link held.
+        let held = unsafe { link::release(object) };
         self.give_back(object);
         held
     }

@@ -86,6 +86,7 @@ impl<T> HeadWord<T> {
 
     /// The current object, protected by a count taken on the word: the fallback of
     /// [`read`](Self::read).
+    #[cold]
     pub(super) fn read_counted(&self) -> Read<'_, T> {
         let (object, _) = self.count();
         // SAFETY: the count just taken, on an object of our variable.

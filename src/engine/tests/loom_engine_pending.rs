@@ -5,40 +5,34 @@
 
 use std::sync::Arc;
 
-use loom::cell::UnsafeCell;
 use loom::thread;
 
 use super::domain::Domain;
+use super::loom_harness::Payload;
 use super::retire::Home;
 use crate::loom_model::run_model;
 use crate::sync::{AtomicBool, Ordering};
 
-/// A value and its commit flag.
+/// A value (a loom cell: `loom_harness.rs`) and its commit flag.
 struct Versioned {
-    value: UnsafeCell<u64>,
+    value: Payload,
     committed: AtomicBool,
 }
-
-// SAFETY: the cell is read by whoever holds the object and written by the writer that owns it
-// as a spare; that those accesses never overlap is what the models check.
-unsafe impl Sync for Versioned {}
 
 impl Versioned {
     fn new(value: u64, committed: bool) -> Self {
         Self {
-            value: UnsafeCell::new(value),
+            value: Payload::new(value),
             committed: AtomicBool::new(committed),
         }
     }
 
     fn get(&self) -> u64 {
-        // SAFETY: the read we look through keeps the object from reuse (what loom checks).
-        self.value.with(|value| unsafe { *value })
+        self.value.get()
     }
 
     fn set(&mut self, value: u64, committed: bool) {
-        // SAFETY: an owned spare: nobody else may touch it (what loom checks).
-        self.value.with_mut(|slot| unsafe { *slot = value });
+        self.value.set(value);
         // Relaxed: the object is ours until it is published.
         self.committed.store(committed, Ordering::Relaxed);
     }

@@ -32,7 +32,7 @@ impl Payload {
     }
 
     /// Writes the value (a tracked write).
-    fn set(&mut self, value: u64) {
+    pub(super) fn set(&mut self, value: u64) {
         // SAFETY: an owned spare: nobody else may touch it (what loom checks).
         self.0.with_mut(|slot| unsafe { *slot = value });
     }

@@ -56,6 +56,20 @@ fn install<'h>(
     home.install(base, new).ok().expect("no other writer")
 }
 
+/// Commits `installed` and releases its link.
+fn commit(installed: super::pending::Installed<'_, Value>) {
+    installed.get().committed.store(true, Ordering::Release);
+    installed.committed();
+}
+
+/// Publishes value `number`, committed, with a plain write.
+fn publish(home: &Home<Value>, live: &Arc<AtomicUsize>, number: u64) {
+    let mut new = home.spare(|| Value::new(0, true, live)).unwrap();
+    new.number = number;
+    new.committed.store(true, Ordering::Relaxed);
+    assert!(home.publish(home.base(), new).is_ok(), "the only writer");
+}
+
 fn visible(home: &Home<Value>) -> super::word::Read<'_, Value> {
     home.read_visible(Value::is_committed)
 }
@@ -85,16 +99,14 @@ fn a_held_replaced_object_is_retired_at_the_release_and_reused_after_its_reader(
     let old = visible(&home);
     assert!(old.is_slot());
     assert_eq!(old.number, 0);
-    installed.get().committed.store(true, Ordering::Release);
-    installed.committed();
+    commit(installed);
     assert_eq!(home.listed(), (0, 1), "held: it waits on the retired list");
     assert_eq!(old.number, 0, "and stays whole for its reader");
     drop(old);
     // The next install takes its spare from the recheck: the replaced object, not a new one.
     let installed = install(&home, &live, 2);
     assert_eq!(live.load(Ordering::Relaxed), 2, "reused");
-    installed.get().committed.store(true, Ordering::Release);
-    installed.committed();
+    commit(installed);
     assert_eq!(visible(&home).number, 2);
 }
 
@@ -135,8 +147,7 @@ fn an_install_that_loses_its_word_comes_back_unlinked() {
     let base = home.base();
     let installed = home.install(base, new).ok().expect("accepted now");
     assert_eq!(visible(&home).number, 0);
-    installed.get().committed.store(true, Ordering::Release);
-    installed.committed();
+    commit(installed);
     assert_eq!(visible(&home).number, 1);
 }
 
@@ -146,11 +157,7 @@ fn a_committed_object_replaced_before_its_release_has_its_link_emptied_when_free
     let installed = install(&home, &live, 1);
     installed.get().committed.store(true, Ordering::Release);
     drop(installed); // never released
-    let mut new = home.spare(|| Value::new(2, true, &live)).unwrap();
-    new.number = 2;
-    new.committed.store(true, Ordering::Relaxed);
-    let base = home.base();
-    assert!(home.publish(base, new).is_ok());
+    publish(&home, &live, 2);
     assert_eq!(visible(&home).number, 2);
     assert_eq!(
         home.listed(),
@@ -196,14 +203,9 @@ fn readers_never_see_a_pending_value_under_a_stream_of_installs() {
         }
         for number in 1..=writes {
             if number % 2 == 1 {
-                let installed = install(&home, &live, number);
-                installed.get().committed.store(true, Ordering::Release);
-                installed.committed();
+                commit(install(&home, &live, number));
             } else {
-                let mut new = home.spare(|| Value::new(0, true, &live)).unwrap();
-                new.number = number;
-                new.committed.store(true, Ordering::Relaxed);
-                assert!(home.publish(home.base(), new).is_ok(), "the only writer");
+                publish(&home, &live, number);
             }
         }
         done.store(true, Ordering::Release);
