@@ -87,6 +87,7 @@ MUTATIONS=(
   "src/engine/link.rs#let old = link.swap(0, Ordering::Release);#let old = link.swap(0, Ordering::Relaxed);#lib:loom_engine_f"
   "src/engine/link.rs#    slots::after_unlink();\n    // SAFETY: unlinked by our swap#    // SAFETY: unlinked by our swap#lib:loom_engine_f"
   "src/engine/link.rs#    if counts(old) != 0 {#    if false {#lib:loom_engine_g"
+  "src/engine/link.rs#        link.fetch_sub(ONE, Ordering::Relaxed);#        /* count kept */#lib:loom_engine_g"
 )
 
 only="${1:-}"

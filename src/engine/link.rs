@@ -20,7 +20,7 @@
 use std::ptr::NonNull;
 
 use super::domain::Domain;
-use super::object::{self, counts, Object, Unlinked, ADDRESS};
+use super::object::{self, counts, Object, Unlinked, ADDRESS, ONE};
 use super::slots;
 use super::word::{count_through, Read};
 use crate::sync::Ordering;
@@ -73,10 +73,17 @@ pub(super) unsafe fn read<'a, T>(
         return Some(unsafe { Read::slotted(object::at(candidate), slot) });
     }
     // Every slot taken, or the link was emptied: a count on the link word, whose release moves
-    // it into the object (counts on an empty link count nothing).
+    // it into the object.
     let seen = count_through::<T>(link);
+    if seen & ADDRESS == 0 {
+        // Emptied: our count counts nothing; take it back. Relaxed: nothing is published by
+        // it, and it is done while the caller protects `object`, so before anyone frees or
+        // reuses it (which look at the link and need it 0 when empty).
+        link.fetch_sub(ONE, Ordering::Relaxed);
+        return None;
+    }
     // SAFETY: a set link holds an object's address, and our count on the link protects it.
-    (seen & ADDRESS != 0).then(|| unsafe { Read::counted(object::at(seen & ADDRESS)) })
+    Some(unsafe { Read::counted(object::at(seen & ADDRESS)) })
 }
 
 /// Empties `object`'s link and hands over what it held: the link's counts moved into it and

@@ -1,7 +1,8 @@
 //! Component models of pending objects (`pending.rs`, `link.rs`): a reader against an install,
 //! its commit, the release of its link and the reuse of what it replaced (f), and the same with
 //! the reader's slots taken, so that it reads the link by a count (g). The value is a loom cell,
-//! so a reuse while the reader reads fails the model.
+//! so a reuse while the reader reads fails the model. Both run at preemption bound 3 at least:
+//! a release that lands between the reader's look at the link and its count on it takes three.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use loom::thread;
 use super::domain::Domain;
 use super::loom_harness::Payload;
 use super::retire::Home;
-use crate::loom_model::run_model;
+use crate::loom_model::run_model_at_least;
 use crate::sync::{AtomicBool, Ordering};
 
 /// A value (a loom cell: `loom_harness.rs`) and its commit flag.
@@ -80,7 +81,7 @@ fn check(read: &Versioned) {
 /// link, or finds the link emptied and the head committed.
 #[test]
 fn loom_engine_f_a_reader_sees_past_a_pending_install() {
-    run_model("engine: a reader against a pending install", || {
+    run_model_at_least("engine: a reader against a pending install", 3, || {
         let home = home_in(Domain::new());
         let reader = {
             let home = home.clone();
@@ -96,20 +97,24 @@ fn loom_engine_f_a_reader_sees_past_a_pending_install() {
 /// and the link by counts, which the release moves into the replaced object.
 #[test]
 fn loom_engine_g_a_counted_reader_sees_past_a_pending_install() {
-    run_model("engine: a counted reader against a pending install", || {
-        let domain = Domain::new();
-        let home = home_in(Arc::clone(&domain));
-        let reader = {
-            let home = home.clone();
-            thread::spawn(move || {
-                let other = home_in(domain);
-                let held: Vec<_> = (0..super::domain::SLOTS).map(|_| other.read()).collect();
-                check(&home.read_visible(Versioned::is_committed));
-                drop(held);
-            })
-        };
-        write(&home);
-        reader.join().unwrap();
-        assert_eq!(home.read().get(), 2);
-    });
+    run_model_at_least(
+        "engine: a counted reader against a pending install",
+        3,
+        || {
+            let domain = Domain::new();
+            let home = home_in(Arc::clone(&domain));
+            let reader = {
+                let home = home.clone();
+                thread::spawn(move || {
+                    let other = home_in(domain);
+                    let held: Vec<_> = (0..super::domain::SLOTS).map(|_| other.read()).collect();
+                    check(&home.read_visible(Versioned::is_committed));
+                    drop(held);
+                })
+            };
+            write(&home);
+            reader.join().unwrap();
+            assert_eq!(home.read().get(), 2);
+        },
+    );
 }
