@@ -81,7 +81,9 @@
 //!   nothing; sections sharing a variable non-exclusively are still serializable. Inside,
 //!   the [`Txn`] lends private working copies to change in place, several at once (an
 //!   optimizer step over parameters and moments), checked like a `RefCell`; or, with
-//!   [`Txn::rewrite`], a fresh one to compute from the current value in one sweep.
+//!   [`Txn::rewrite`], a fresh one to compute from the current value in one sweep. State that
+//!   only a section touches (a step count, an optimizer's moments) can be [`Private`] to it:
+//!   changed in place, with no version per commit.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
 //!   the commit order, never half an execution, and never waits for a writer.
 //! * **Optimizers and rows.** [`optim::Optimizer`] applies SGD, momentum or Adam(W) to a
@@ -200,7 +202,7 @@ pub use paged::{
 };
 pub use read_all::{read_all, ReadSet};
 pub use section::{
-    AnyVariable, CriticalSection, CriticalSectionBuilder, Txn, TxnMut, TxnRef, TxnRewrite,
+    AnyVariable, CriticalSection, CriticalSectionBuilder, Private, Txn, TxnMut, TxnRef, TxnRewrite,
 };
 pub use snapshot::{OwnedSnapshot, Snapshot};
 pub use stats::{SectionStats, Stats};

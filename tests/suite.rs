@@ -26,6 +26,7 @@ mod paged;
 mod paged_section;
 mod paged_store;
 mod pipeline;
+mod private;
 mod promises;
 mod queue;
 mod queued_updates;

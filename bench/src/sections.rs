@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, RwLock};
 
 use arc_swap::ArcSwap;
-use mvtensor::{CriticalSection, Error, Variable};
+use mvtensor::{CriticalSection, Error, Private, Variable};
 use ndarray::{arr0, ArrayD};
 
 use super::{drive, Budget, Throughput};
@@ -100,6 +100,75 @@ impl Section for MvSections {
             counter: self.counter.read()[[]],
             a: self.a.read()[[]],
             b: self.b.read()[[]],
+        }
+    }
+}
+
+/// mvtensor: the same sections over private state ([`Private`]: 0-d `i64` tensors changed in
+/// place, no version per commit), as an optimizer keeps its step count.
+pub struct MvPrivate {
+    counter: Private<i64>,
+    counter_cs: CriticalSection,
+    a: Private<i64>,
+    b: Private<i64>,
+    bank_cs: CriticalSection,
+}
+
+impl Section for MvPrivate {
+    const NAME: &'static str = "mvtensor CriticalSection, private state";
+    fn new() -> Self {
+        let counter = Private::new("counter", scalar(0));
+        let a = Private::new("a", scalar(OPENING));
+        let b = Private::new("b", scalar(OPENING));
+        let counter_cs = CriticalSection::builder()
+            .private(&counter)
+            .build()
+            .expect("fresh state is unclaimed");
+        let bank_cs = CriticalSection::builder()
+            .private(&a)
+            .private(&b)
+            .build()
+            .expect("fresh state is unclaimed");
+        MvPrivate {
+            counter,
+            counter_cs,
+            a,
+            b,
+            bank_cs,
+        }
+    }
+    fn increment(&self) -> i64 {
+        self.counter_cs
+            .execute(|tx| {
+                let mut c = tx.private_mut(&self.counter)?;
+                c[[]] += 1;
+                Ok::<_, Error>(c[[]] - 1)
+            })
+            .expect("the counter execution cannot fail")
+    }
+    fn transfer(&self, a_to_b: bool, amount: i64) {
+        let (from, to) = if a_to_b {
+            (&self.a, &self.b)
+        } else {
+            (&self.b, &self.a)
+        };
+        self.bank_cs
+            .execute(|tx| {
+                tx.private_mut(from)?[[]] -= amount;
+                tx.private_mut(to)?[[]] += amount;
+                Ok::<_, Error>(())
+            })
+            .expect("the transfer execution cannot fail");
+    }
+    fn accounts(&self) -> Accounts {
+        let read = |cs: &CriticalSection, state: &Private<i64>| {
+            cs.execute(|tx| Ok::<_, Error>(tx.private(state)?[[]]))
+                .expect("a read cannot fail")
+        };
+        Accounts {
+            counter: read(&self.counter_cs, &self.counter),
+            a: read(&self.bank_cs, &self.a),
+            b: read(&self.bank_cs, &self.b),
         }
     }
 }
@@ -339,6 +408,7 @@ impl VisitSection for SectionRun {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SectionVariant {
     Mvtensor,
+    MvPrivate,
     MvFetchUpdate,
     StdMutex,
     StdRwLock,
@@ -348,8 +418,9 @@ pub enum SectionVariant {
 }
 
 impl SectionVariant {
-    pub const ALL: [SectionVariant; 7] = [
+    pub const ALL: [SectionVariant; 8] = [
         SectionVariant::Mvtensor,
+        SectionVariant::MvPrivate,
         SectionVariant::MvFetchUpdate,
         SectionVariant::StdMutex,
         SectionVariant::StdRwLock,
@@ -361,6 +432,7 @@ impl SectionVariant {
     pub fn visit<V: VisitSection>(self, v: V) -> V::Out {
         match self {
             SectionVariant::Mvtensor => v.visit::<MvSections>(),
+            SectionVariant::MvPrivate => v.visit::<MvPrivate>(),
             SectionVariant::MvFetchUpdate => v.visit::<MvFetchUpdate>(),
             SectionVariant::StdMutex => v.visit::<Mutex<Accounts>>(),
             SectionVariant::StdRwLock => v.visit::<RwLock<Accounts>>(),

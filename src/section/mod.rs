@@ -20,6 +20,7 @@ mod batch;
 mod claims;
 mod guards;
 mod paged_slot;
+mod private;
 mod rows;
 mod slot;
 mod txn;
@@ -33,11 +34,13 @@ use std::sync::Arc;
 use batch::{Batcher, Job};
 use ndarray::Dimension;
 use paged_slot::PagedSlot;
+use private::PrivateSlot;
 use slot::{AnySlot, Slot};
 
 pub use any_variable::AnyVariable;
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef, TxnRewrite};
+pub use private::Private;
 pub use txn::Txn;
 
 use crate::error::Error;
@@ -55,6 +58,11 @@ pub(crate) trait Resource: Send + Sync {
     fn name(&self) -> &str;
     fn queue(&self) -> &TicketQueue;
     fn claims(&self) -> &Claims;
+    /// Whether sections may share it (a variable), or one section holds it alone whatever
+    /// the builder says (a [`Private`]).
+    fn shareable(&self) -> bool {
+        true
+    }
     /// Marks (or unmarks) the head so that lock-free writers divert to the queue.
     fn set_queued(&self, queued: bool);
     /// After this thread's `reclaim_now` brought large versions back: trims the pool.
@@ -151,6 +159,17 @@ impl CriticalSectionBuilder {
         self
     }
 
+    /// Adds state that only this section's executions touch, changed in place with no
+    /// version per commit (see [`Private`]). The section holds it exclusively, whatever
+    /// [`exclusive`](Self::exclusive) says.
+    pub fn private<A: Element, D: Dimension>(mut self, state: &Private<A, D>) -> Self {
+        self.resources.push((
+            state.inner.clone(),
+            Box::new(PrivateSlot::new(state.inner.clone())),
+        ));
+        self
+    }
+
     /// Adds every variable of `variables` (a model's parameters, say) to the resource set.
     pub fn resources<'v, A: Element, D: Dimension + 'v>(
         self,
@@ -171,7 +190,7 @@ impl CriticalSectionBuilder {
     ///
     /// # Errors
     /// [`Error::ResourceConflict`] if a resource is already claimed by a section and either
-    /// claim is exclusive. Nothing is claimed then.
+    /// claim is exclusive (a [`Private`]'s always is). Nothing is claimed then.
     pub fn build(self) -> Result<CriticalSection, Error> {
         let id = next_id();
         let name: Arc<str> = match self.name {
@@ -187,7 +206,7 @@ impl CriticalSectionBuilder {
             let request = claims::Request {
                 section: id,
                 section_name: &name,
-                exclusive: self.exclusive,
+                exclusive: self.exclusive || !resource.shareable(),
             };
             let claimed = resource
                 .claims()

@@ -367,6 +367,13 @@ impl<A: Element> Source<'_, A> {
 /// A borrow of a slot (shared or mutable); ends when dropped.
 pub(super) struct Borrow<'s>(&'s Cell<isize>);
 
+impl<'s> Borrow<'s> {
+    /// A borrow counted in `borrows` (already counted: the drop gives it back).
+    pub(super) fn new(borrows: &'s Cell<isize>) -> Self {
+        Self(borrows)
+    }
+}
+
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
         let n = self.0.get();

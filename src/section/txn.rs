@@ -9,6 +9,7 @@ use ndarray::Dimension;
 use smallvec::SmallVec;
 
 use super::guards::{RefInner, TxnMut, TxnRef, TxnRewrite};
+use super::private::{Private, PrivateSlot};
 use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
 use crate::dim::{Shown, ShownMut};
@@ -187,6 +188,43 @@ impl<'s> Txn<'s> {
             shown,
             target: ShownMut::new(data),
             source,
+            _borrow: borrow,
+        })
+    }
+
+    /// The section's private state, to read (see [`Private`]).
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`] if another section holds it (or none);
+    /// [`Error::Borrowed`] while this execution holds a [`private_mut`](Self::private_mut)
+    /// of it.
+    pub fn private<A: Element, D: Dimension>(
+        &self,
+        state: &Private<A, D>,
+    ) -> Result<TxnRef<'_, A, D>> {
+        let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
+        let (data, borrow) = slot.read(self.section)?;
+        let inner = RefInner::Resource(data, borrow);
+        // SAFETY: the array lives as long as `inner`'s borrow of the slot, which the `TxnRef`
+        // holds.
+        let shown = unsafe { Shown::new(inner.data()) };
+        Ok(TxnRef { shown, inner })
+    }
+
+    /// The section's private state, to change in place (see [`Private`]). The first such
+    /// borrow of an execution copies the state aside, for a rollback should it fail.
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`] if another section holds it (or none);
+    /// [`Error::Borrowed`] while this execution holds another borrow of it.
+    pub fn private_mut<A: Element, D: Dimension>(
+        &self,
+        state: &Private<A, D>,
+    ) -> Result<TxnMut<'_, A, D>> {
+        let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
+        let (data, borrow) = slot.write(self.section)?;
+        Ok(TxnMut {
+            shown: ShownMut::new(data),
             _borrow: borrow,
         })
     }

@@ -13,7 +13,7 @@ use mvtensor_bench::{size_label, Variant, SIZES, THREADS};
 
 type Error = Box<dyn std::error::Error>;
 
-const COLORS: [RGBColor; 7] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(214, 39, 40),   // mvtensor: red
     RGBColor(31, 119, 180),  // std Mutex: blue
     RGBColor(23, 190, 207),  // std RwLock: cyan
@@ -21,6 +21,7 @@ const COLORS: [RGBColor; 7] = [
     RGBColor(148, 103, 189), // parking_lot RwLock: purple
     RGBColor(255, 127, 14),  // arc-swap: orange
     RGBColor(127, 127, 127), // extra: grey
+    RGBColor(140, 86, 75),   // second extra: brown
 ];
 
 struct Series {
@@ -162,6 +163,7 @@ fn section_color(v: SectionVariant) -> RGBColor {
         SectionVariant::PlRwLock => COLORS[4],
         SectionVariant::ArcSwap => COLORS[5],
         SectionVariant::MvFetchUpdate => COLORS[6],
+        SectionVariant::MvPrivate => COLORS[7],
     }
 }
 

@@ -1,0 +1,266 @@
+//! Section-private state: changed in place by its section's executions only, all or nothing,
+//! held by one section at a time, never lent to another section's executions.
+
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use mvtensor::{CriticalSection, Error, Private, Variable};
+use ndarray::{arr0, arr1, Array1, Ix0, Ix1};
+
+use crate::common::scaled;
+
+/// An execution's own failure.
+#[derive(Debug, PartialEq)]
+enum Failed {
+    Asked,
+    Lib(Error),
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed::Lib(error)
+    }
+}
+
+fn count(section: &CriticalSection, steps: &Private<i64, Ix0>) -> i64 {
+    section
+        .execute(|tx| Ok::<_, Error>(tx.private(steps)?[[]]))
+        .unwrap()
+}
+
+/// Threads hand out numbers from a private counter: each number once, none skipped, and the
+/// counter ends at their total (the serial answer).
+#[test]
+fn a_private_counter_hands_out_each_number_once() {
+    let (threads, each) = (4, scaled(10, 2_000));
+    let counter = Private::new("counter", arr0(0i64));
+    let section = CriticalSection::builder()
+        .private(&counter)
+        .build()
+        .unwrap();
+    let seen: Vec<i64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..each)
+                        .map(|_| {
+                            section
+                                .execute(|tx| {
+                                    let mut c = tx.private_mut(&counter)?;
+                                    c[[]] += 1;
+                                    Ok::<_, Error>(c[[]] - 1)
+                                })
+                                .unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let total = (threads * each) as i64;
+    let distinct: BTreeSet<i64> = seen.iter().copied().collect();
+    assert_eq!(distinct.len(), seen.len(), "a number handed out twice");
+    assert_eq!(distinct, (0..total).collect(), "a number skipped");
+    assert_eq!(count(&section, &counter), total);
+}
+
+/// An execution that writes its private state and then fails, or panics, leaves the state
+/// as it was; the next execution sees the last committed value and goes on from there.
+#[test]
+fn a_failed_or_panicking_execution_leaves_the_state_as_it_was() {
+    let state = Private::new("state", arr1(&[1.0f32, 2.0, 3.0]));
+    let steps = Private::new("steps", arr0(0i64));
+    let section = CriticalSection::builder()
+        .private(&state)
+        .private(&steps)
+        .build()
+        .unwrap();
+    let failed = section.execute(|tx| {
+        tx.private_mut(&state)?.fill(-1.0);
+        tx.private_mut(&steps)?[[]] += 1;
+        Err::<(), _>(Failed::Asked)
+    });
+    assert_eq!(failed, Err(Failed::Asked));
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        section.execute(|tx| {
+            tx.private_mut(&state)?.fill(-2.0);
+            panic!("inside an execution");
+            #[allow(unreachable_code)]
+            Ok::<_, Error>(())
+        })
+    }));
+    assert!(panicked.is_err());
+    // Written twice in one execution (one copy aside, however many borrows), then kept.
+    section
+        .execute(|tx| {
+            tx.private_mut(&state)?.mapv_inplace(|x| x * 10.0);
+            tx.private_mut(&state)?.mapv_inplace(|x| x + 1.0);
+            tx.private_mut(&steps)?[[]] += 1;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let now = section
+        .execute(|tx| Ok::<_, Error>(tx.private(&state)?.to_owned()))
+        .unwrap();
+    assert_eq!(now, arr1(&[11.0f32, 21.0, 31.0]));
+    assert_eq!(count(&section, &steps), 1);
+}
+
+/// Executions that arrive while another runs are batched on one thread; when some of them
+/// fail, each failure is undone alone and every kept execution's write survives.
+#[test]
+fn in_a_batch_each_failed_execution_is_undone_alone() {
+    let (threads, each) = (4, scaled(6, 500));
+    let sum = Private::new("sum", arr0(0i64));
+    let section = CriticalSection::builder().private(&sum).build().unwrap();
+    let kept: i64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (section, sum) = (&section, &sum);
+                s.spawn(move || {
+                    let mut kept = 0;
+                    for i in 0..each {
+                        let add = (t * each + i) as i64 + 1;
+                        let fail = i % 3 == 0;
+                        let result = section.execute(|tx| {
+                            tx.private_mut(sum)?[[]] += add;
+                            if fail {
+                                return Err(Failed::Asked);
+                            }
+                            Ok::<_, Failed>(())
+                        });
+                        assert_eq!(result.is_ok(), !fail);
+                        if !fail {
+                            kept += add;
+                        }
+                    }
+                    kept
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let total = section
+        .execute(|tx| Ok::<_, Error>(tx.private(&sum)?[[]]))
+        .unwrap();
+    assert_eq!(total, kept);
+}
+
+/// Private state and a shared variable change together: an invariant between them (the
+/// variable holds the sum of the deltas, the state their count) holds after every commit,
+/// as every execution sees it.
+#[test]
+fn private_state_and_resources_commit_together() {
+    let (threads, each) = (2, scaled(10, 1_000));
+    let total = Variable::new(arr0(0.0f64));
+    let adds = Private::new("adds", arr0(0i64));
+    let section = CriticalSection::builder()
+        .resource(&total)
+        .private(&adds)
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..each {
+                    section
+                        .execute(|tx| {
+                            let mut n = tx.private_mut(&adds)?;
+                            assert_eq!(tx.read(&total)?[[]], n[[]] as f64, "a torn pair");
+                            n[[]] += 1;
+                            tx.assign_add(&total, &arr0(1.0))?;
+                            Ok::<_, Error>(())
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(count(&section, &adds), (threads * each) as i64);
+    assert_eq!(total.read()[[]], (threads * each) as f64);
+}
+
+/// One section at a time holds a private state, however the builders ask; once it is dropped
+/// another may take it over, with the value it left.
+#[test]
+fn one_section_holds_a_private_state_at_a_time() {
+    let steps = Private::new("steps", arr0(0i64));
+    let first = CriticalSection::builder()
+        .name("first")
+        .exclusive(false)
+        .private(&steps)
+        .build()
+        .unwrap();
+    first
+        .execute(|tx| {
+            tx.private_mut(&steps)?[[]] = 7;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let refused = CriticalSection::builder()
+        .name("second")
+        .exclusive(false)
+        .private(&steps)
+        .build()
+        .unwrap_err();
+    match refused {
+        Error::ResourceConflict {
+            resource, held_by, ..
+        } => assert_eq!((resource.as_str(), held_by.as_str()), ("steps", "first")),
+        other => panic!("{other:?}"),
+    }
+    drop(first);
+    let second = CriticalSection::builder()
+        .name("second")
+        .private(&steps)
+        .build()
+        .unwrap();
+    assert_eq!(count(&second, &steps), 7);
+}
+
+/// Another section's executions cannot reach the state, and borrows follow `RefCell`'s rules:
+/// typed errors naming the state and the section, never a panic.
+#[test]
+fn other_sections_and_conflicting_borrows_get_typed_errors() {
+    let mine = Private::new("mine", Array1::<f32>::zeros(2));
+    let owner = CriticalSection::builder()
+        .name("owner")
+        .private(&mine)
+        .build()
+        .unwrap();
+    let other = CriticalSection::builder().name("other").build().unwrap();
+    let err = other
+        .execute(|tx| tx.private(&mine).map(|_| ()))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::NotInResourceSet {
+            variable: "mine".into(),
+            section: "other".into()
+        }
+    );
+    let errors = owner
+        .execute(|tx| {
+            let write = tx.private_mut(&mine)?;
+            let read = tx.private(&mine).map(|_| ()).unwrap_err();
+            let again = tx.private_mut(&mine).map(|_| ()).unwrap_err();
+            drop(write);
+            let shared = tx.private(&mine)?;
+            let under_read = tx.private_mut(&mine).map(|_| ()).unwrap_err();
+            drop(shared);
+            Ok::<_, Error>([read, again, under_read])
+        })
+        .unwrap();
+    let expected = |mutably| Error::Borrowed {
+        variable: "mine".into(),
+        section: "owner".into(),
+        mutably,
+    };
+    assert_eq!(errors, [expected(true), expected(true), expected(false)]);
+    let typed: Private<f32, Ix1> = mine.clone();
+    assert_eq!(typed.shape(), &[2]);
+}
