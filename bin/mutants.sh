@@ -88,6 +88,7 @@ MUTATIONS=(
   "src/engine/link.rs#    slots::after_unlink();\n    // SAFETY: unlinked by our swap#    // SAFETY: unlinked by our swap#lib:loom_engine_f"
   "src/engine/link.rs#    if counts(old) != 0 {#    if false {#lib:loom_engine_g"
   "src/engine/link.rs#        link.fetch_sub(ONE, Ordering::Relaxed);#        /* count kept */#lib:loom_engine_g"
+  "src/store/snapshot.rs#tickets.push(state.queue().enter());#tickets.push(state.queue().enter());\n                tickets.clear();#snapshot"
 )
 
 only="${1:-}"

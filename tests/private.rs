@@ -1,13 +1,15 @@
 //! Section-private state: changed in place by its section's executions only, all or nothing,
-//! held by one section at a time, never lent to another section's executions.
+//! held by one section at a time, never lent to another section's executions; copied into
+//! store snapshots and checkpoints as a cut with the variables, and restored in place.
 
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use mvtensor::{CriticalSection, Error, Private, Variable};
+use mvtensor::checkpoint::Restore;
+use mvtensor::{CriticalSection, Error, Private, Store, Variable, VariableKind};
 use ndarray::{arr0, arr1, Array1, Ix0, Ix1};
 
-use crate::common::scaled;
+use crate::common::{scaled, steps_while_looking};
 
 /// An execution's own failure.
 #[derive(Debug, PartialEq)]
@@ -263,4 +265,147 @@ fn other_sections_and_conflicting_borrows_get_typed_errors() {
     assert_eq!(errors, [expected(true), expected(true), expected(false)]);
     let typed: Private<f32, Ix1> = mine.clone();
     assert_eq!(typed.shape(), &[2]);
+}
+
+/// A section that counts its additions to a variable in private state, both in one store.
+/// The variable is shared (a restore takes it as a section of its own would); the private
+/// state stays the section's alone.
+fn counted_total(store: &Store) -> (CriticalSection, Variable<f64, Ix0>, Private<i64, Ix0>) {
+    let total = store.variable("total", arr0(0.0f64)).unwrap();
+    let adds = store.private("adds", arr0(0i64)).unwrap();
+    let section = CriticalSection::builder()
+        .exclusive(false)
+        .resource(&total)
+        .private(&adds)
+        .build()
+        .unwrap();
+    (section, total, adds)
+}
+
+fn add_one(section: &CriticalSection, total: &Variable<f64, Ix0>, adds: &Private<i64, Ix0>) {
+    section
+        .execute(|tx| {
+            tx.private_mut(adds)?[[]] += 1;
+            tx.assign_add(total, &arr0(1.0))?;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
+
+/// Store snapshots taken while sections run copy the private state as a cut with the
+/// variables: the count of additions always equals the total, and both only grow.
+#[test]
+fn store_snapshots_copy_private_state_as_a_cut() {
+    let (threads, each) = (2, scaled(6, 1_000));
+    let store = Store::new();
+    let (section, total, adds) = counted_total(&store);
+    let mut last = 0;
+    let mut look = || {
+        let snapshot = store.snapshot();
+        let entry = snapshot.iter().find(|e| e.name() == "adds").unwrap();
+        assert_eq!(entry.kind(), VariableKind::Private);
+        let n = snapshot.get::<i64, Ix0>("adds").unwrap()[[]];
+        let sum = snapshot.get::<f64, Ix0>("total").unwrap()[[]];
+        assert_eq!(n as f64, sum, "private state and a variable out of step");
+        assert!(n >= last, "{n} after {last}");
+        last = n;
+    };
+    steps_while_looking(
+        threads,
+        each,
+        || add_one(&section, &total, &adds),
+        &mut look,
+    );
+    look();
+    assert_eq!(last, (threads * each) as i64);
+}
+
+/// A checkpoint holds private state; a restore sets it in place, in the same commit as the
+/// variables, between two executions of its section (which keeps its claim).
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn checkpoints_save_and_restore_private_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ckpt");
+    let store = Store::new();
+    let (section, total, adds) = counted_total(&store);
+    for _ in 0..3 {
+        add_one(&section, &total, &adds);
+    }
+    store.save(&path).unwrap();
+    for _ in 0..4 {
+        add_one(&section, &total, &adds);
+    }
+    assert_eq!(store.restore(&path, Restore::default()).unwrap(), 2);
+    assert_eq!(count(&section, &adds), 3);
+    assert_eq!(total.read()[[]], 3.0);
+    add_one(&section, &total, &adds);
+    assert_eq!(count(&section, &adds), 4);
+    // A store loaded from the file holds the state as a variable.
+    let loaded = Store::load(&path).unwrap();
+    assert_eq!(loaded.get::<i64, Ix0>("adds").unwrap().read()[[]], 3);
+}
+
+/// Private state in a store: found by name and kind, typed like a variable.
+#[test]
+fn a_store_holds_private_state_by_name_and_kind() {
+    let store = Store::new();
+    let state = store.private("m", Array1::<f32>::zeros(3)).unwrap();
+    assert!(matches!(
+        store.get::<f32, Ix1>("m"),
+        Err(Error::KindMismatch {
+            expected: VariableKind::Dense,
+            found: VariableKind::Private,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.get_private::<f64, Ix1>("m"),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        store.get_private::<f32, Ix0>("m"),
+        Err(Error::RankMismatch { .. })
+    ));
+    assert!(matches!(
+        store.private("m", arr0(0i64)),
+        Err(Error::NameTaken { .. })
+    ));
+    let again = store.get_private::<f32, Ix1>("m").unwrap();
+    let section = CriticalSection::builder().private(&state).build().unwrap();
+    section
+        .execute(|tx| {
+            tx.private_mut(&state)?.fill(2.0);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let seen = section
+        .execute(|tx| Ok::<_, Error>(tx.private(&again)?.sum()))
+        .unwrap();
+    assert_eq!(seen, 6.0);
+    let info = store.list().into_iter().find(|i| i.name == "m").unwrap();
+    assert_eq!((info.kind, info.shape), (VariableKind::Private, vec![3]));
+}
+
+/// Inside an execution a thread may not wait for a ticket: a store snapshot there leaves
+/// private state out, and a checkpoint of such a store is refused.
+#[test]
+fn inside_an_execution_snapshots_leave_private_state_out() {
+    let store = Store::new();
+    let (section, total, adds) = counted_total(&store);
+    add_one(&section, &total, &adds);
+    let other = CriticalSection::builder().build().unwrap();
+    let (snapshot, saved) = other
+        .execute(|_| Ok::<_, Error>((store.snapshot(), store.save("never-written"))))
+        .unwrap();
+    assert_eq!(snapshot.get::<f64, Ix0>("total").unwrap()[[]], 1.0);
+    assert!(matches!(
+        snapshot.get::<i64, Ix0>("adds"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(saved, Err(Error::Reentrant { .. })));
+    if !cfg!(miri) {
+        // (Miri isolates the file system.)
+        assert!(!std::path::Path::new("never-written").exists());
+    }
 }

@@ -108,3 +108,41 @@ fn read_all_never_sees_half_a_transfer() {
         assert_eq!((fa[[]], fb[[]]), (6, 4));
     });
 }
+
+/// A section that changes private state and a variable together, one execution, against a
+/// store snapshot: the snapshot copies the private state under its ticket and ticks the
+/// clock before it lets the ticket go, so it shows the execution on both or on neither.
+#[test]
+fn a_snapshot_copies_private_state_as_a_cut() {
+    run_model("a_snapshot_copies_private_state_as_a_cut", || {
+        let store = std::sync::Arc::new(Store::new());
+        let total = store.variable("total", value(0)).unwrap();
+        let count = store.private("count", value(0)).unwrap();
+        let section = mvtensor::CriticalSection::builder()
+            .resource(&total)
+            .private(&count)
+            .build()
+            .unwrap();
+        let writer = thread::spawn(move || {
+            section
+                .execute(|tx| {
+                    tx.private_mut(&count)?[[]] += 1;
+                    tx.write(&total)?[[]] += 1;
+                    Ok::<_, mvtensor::Error>(())
+                })
+                .unwrap();
+        });
+        let snap = store.snapshot();
+        let (t, c) = (
+            snap.get::<i64, IxDyn>("total").unwrap()[[]],
+            snap.get::<i64, IxDyn>("count").unwrap()[[]],
+        );
+        assert_eq!(
+            t,
+            c,
+            "snapshot at {} saw total={t} count={c}",
+            snap.timestamp()
+        );
+        writer.join().unwrap();
+    });
+}

@@ -146,9 +146,10 @@ impl Store {
     /// Returns the snapshot's commit timestamp.
     ///
     /// # Errors
-    /// As for [`StoreSnapshot::save`].
+    /// As for [`StoreSnapshot::save`]; [`Error::Reentrant`] inside an execution if the store
+    /// holds private state (its copy needs tickets: see [`Store::snapshot`]).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<u64> {
-        let snapshot = self.snapshot();
+        let snapshot = self.complete_snapshot()?;
         snapshot.save(path)?;
         Ok(snapshot.timestamp())
     }

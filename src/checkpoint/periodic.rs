@@ -101,7 +101,8 @@ impl Checkpoints {
     ///
     /// # Errors
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file that could not be
-    /// written or removed.
+    /// written or removed; [`Error::Reentrant`](crate::Error::Reentrant) inside an execution
+    /// if the store holds private state (see [`Store::snapshot`]).
     pub fn save(&self, store: &Store) -> Result<PathBuf> {
         let saved = self.save_unless(store, |_| false)?;
         Ok(saved.expect("saved unless `unchanged`"))
@@ -118,7 +119,7 @@ impl Checkpoints {
             // Snapshot and number under one lock: concurrent saves number their files in
             // the order of their snapshots.
             let mut next = lock(&self.next);
-            let snapshot = store.snapshot();
+            let snapshot = store.complete_snapshot()?;
             if unchanged(&snapshot) {
                 return Ok(None);
             }

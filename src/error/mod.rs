@@ -348,14 +348,18 @@ pub enum QueueProblem {
 /// `Result<T, mvtensor::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How a variable stores its versions: one dense tensor, or pages
-/// ([`PagedVariable`](crate::PagedVariable)).
+/// How a store's entry keeps its value: versions of one dense tensor, versions of pages
+/// ([`PagedVariable`](crate::PagedVariable)), or one value changed in place
+/// ([`Private`](crate::Private)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum VariableKind {
     /// A [`Variable`](crate::Variable): each version is one tensor.
     Dense,
     /// A [`PagedVariable`](crate::PagedVariable): each version is a tree of pages.
     Paged,
+    /// A section's [`Private`](crate::Private) state: one value, changed in place.
+    Private,
 }
 
 impl std::fmt::Display for VariableKind {
@@ -363,6 +367,7 @@ impl std::fmt::Display for VariableKind {
         f.write_str(match self {
             VariableKind::Dense => "dense",
             VariableKind::Paged => "paged",
+            VariableKind::Private => "private",
         })
     }
 }

@@ -40,6 +40,7 @@ use slot::{AnySlot, Slot};
 pub use any_variable::AnyVariable;
 pub(crate) use claims::Claims;
 pub use guards::{TxnMut, TxnRef, TxnRewrite};
+pub(crate) use private::Inner as PrivateInner;
 pub use private::Private;
 pub use txn::Txn;
 
@@ -128,6 +129,8 @@ struct SectionInner {
 pub struct CriticalSectionBuilder {
     name: Option<String>,
     resources: Vec<(Arc<dyn Resource>, Box<dyn AnySlot>)>,
+    /// Private states taken without a claim (a restore's one-shot section).
+    unclaimed: Vec<u64>,
     exclusive: bool,
 }
 
@@ -170,6 +173,16 @@ impl CriticalSectionBuilder {
         self
     }
 
+    /// Adds private state without claiming it: for a one-shot section that sets it between
+    /// two executions of its owner (a checkpoint's restore), ordered with them by its ticket.
+    pub(crate) fn private_unclaimed<A: Element, D: Dimension>(
+        mut self,
+        state: &Private<A, D>,
+    ) -> Self {
+        self.unclaimed.push(state.inner.id());
+        self.private(state)
+    }
+
     /// Adds every variable of `variables` (a model's parameters, say) to the resource set.
     pub fn resources<'v, A: Element, D: Dimension + 'v>(
         self,
@@ -203,6 +216,9 @@ impl CriticalSectionBuilder {
         let (resources, slots): (Vec<_>, Vec<_>) = both.into_iter().unzip();
 
         for (i, resource) in resources.iter().enumerate() {
+            if self.unclaimed.contains(&resource.id()) {
+                continue;
+            }
             let request = claims::Request {
                 section: id,
                 section_name: &name,
@@ -284,6 +300,7 @@ impl CriticalSection {
         CriticalSectionBuilder {
             name: None,
             resources: Vec::new(),
+            unclaimed: Vec::new(),
             exclusive: true,
         }
     }

@@ -80,11 +80,11 @@ use crate::Element;
 /// # Ok::<(), Error>(())
 /// ```
 pub struct Private<A: Element, D: Dimension = IxDyn> {
-    pub(super) inner: Arc<Inner<A>>,
+    pub(crate) inner: Arc<Inner<A>>,
     _dim: PhantomData<fn() -> D>,
 }
 
-pub(super) struct Inner<A: Element> {
+pub(crate) struct Inner<A: Element> {
     id: u64,
     name: String,
     shape: Box<[usize]>,
@@ -138,6 +138,14 @@ impl<A: Element, D: Dimension> Private<A, D> {
     pub(super) fn id(&self) -> u64 {
         self.inner.id
     }
+
+    /// A handle of `inner`, whose rank the caller checked to be `D`'s.
+    pub(crate) fn from_inner(inner: Arc<Inner<A>>) -> Self {
+        Self {
+            inner,
+            _dim: PhantomData,
+        }
+    }
 }
 
 impl<A: Element, D: Dimension> Clone for Private<A, D> {
@@ -160,6 +168,32 @@ impl<A: Element, D: Dimension> fmt::Debug for Private<A, D> {
 }
 
 impl<A: Element> Inner<A> {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The state's ticket queue: whoever holds a ticket may touch the value.
+    pub(crate) fn queue(&self) -> &TicketQueue {
+        &self.queue
+    }
+
+    /// A copy of the value.
+    ///
+    /// # Safety
+    /// The caller holds a ticket of [`queue`](Self::queue).
+    pub(crate) unsafe fn copy(&self) -> ArrayD<A> {
+        // SAFETY: the caller's contract: nobody else touches the value meanwhile.
+        unsafe { &*self.value.get() }.clone()
+    }
+
     /// `value`'s elements (this state's value), in order.
     fn elements<'v>(&self, value: &'v ArrayD<A>) -> &'v [A] {
         debug_assert_eq!(value.as_slice().map(<[A]>::len), Some(self.len));

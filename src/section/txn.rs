@@ -299,13 +299,14 @@ impl<'s> Txn<'s> {
     /// does (committed as it is installed); several share one pending record, committed once
     /// all are installed.
     pub(super) fn commit(self) {
+        let mut staged = self.slots.iter().filter(|s| s.staged());
+        let Some(first) = staged.next() else {
+            // Nothing to install (every write was private state, or none): no pin.
+            return;
+        };
         // One pin from the first check to the last release: `finish` releases what `install`
         // replaced, under the pin it was installed in.
         let guard = &epoch::pin();
-        let mut staged = self.slots.iter().filter(|s| s.staged());
-        let Some(first) = staged.next() else {
-            return;
-        };
         if staged.next().is_none() {
             first.check(guard);
             first.publish(guard);

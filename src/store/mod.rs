@@ -15,6 +15,7 @@
 //! lookup by name, done once per handle.
 
 mod paged;
+mod private;
 pub(crate) mod snapshot;
 
 pub use snapshot::{Entries, SnapshotEntry, StoreSnapshot};
@@ -83,6 +84,10 @@ pub(crate) trait ErasedVariable: Send + Sync {
     fn info(&self) -> VariableInfo;
     /// The version a snapshot at clock value `at` sees (see [`Head::visible_at`](crate::head::Head::visible_at)).
     fn version_at(&self, at: u64, guard: &epoch::Guard) -> At;
+    /// A section's private state, which a snapshot copies under its ticket instead.
+    fn private(&self) -> Option<&dyn private::ErasedPrivate> {
+        None
+    }
 }
 
 /// A variable as of a snapshot's clock value.
@@ -249,7 +254,10 @@ impl Store {
 
     /// A consistent cut of every variable: each as of one point in the global commit order,
     /// never part of a critical-section execution. Never waits for writers (a writer
-    /// preempted mid-commit is simply not part of the cut). See [`StoreSnapshot`].
+    /// preempted mid-commit is simply not part of the cut), but for the running batch of a
+    /// section whose private state the store holds, which it copies under its ticket
+    /// ([`Store::private`]); inside an execution it leaves private state out. See
+    /// [`StoreSnapshot`].
     pub fn snapshot(&self) -> StoreSnapshot {
         StoreSnapshot::take(&self.registry.load())
     }

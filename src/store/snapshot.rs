@@ -9,6 +9,7 @@ use super::{At, Registry};
 use crate::error::{Error, Result};
 use crate::horizon::Registration;
 use crate::record;
+use crate::running;
 use crate::sync::epoch;
 use crate::version::VersionRef;
 use crate::{dim, DType, Element, OwnedSnapshot, VariableKind};
@@ -123,7 +124,19 @@ impl Captured {
 
 impl StoreSnapshot {
     pub(crate) fn take(registry: &Registry) -> Self {
-        let (timestamp, entries) = at_one_point(|at, guard| {
+        // Private state: copied under its tickets, held until the variables are captured
+        // (`store/private.rs`), unless this thread holds tickets (then it is left out).
+        let privates = super::private::privates(registry.iter());
+        let mut copies = Vec::with_capacity(privates.len());
+        let mut tickets = Vec::with_capacity(privates.len());
+        if running::check_outside(String::new).is_ok() {
+            for (name, state) in privates {
+                tickets.push(state.queue().enter());
+                // SAFETY: we hold its ticket.
+                copies.push((Arc::clone(name), unsafe { state.capture() }));
+            }
+        }
+        let (timestamp, mut entries) = at_one_point(|at, guard| {
             let mut entries = BTreeMap::new();
             for (name, entry) in registry {
                 match entry.erased.version_at(at, guard) {
@@ -136,6 +149,8 @@ impl StoreSnapshot {
             }
             Some(entries)
         });
+        drop(tickets);
+        entries.extend(copies);
         Self { timestamp, entries }
     }
 
@@ -234,7 +249,7 @@ impl SnapshotEntry<'_> {
     pub fn name(&self) -> &str {
         self.name
     }
-    /// Dense ([`get`](Self::get)) or paged ([`get_paged`](Self::get_paged)).
+    /// Dense or private ([`get`](Self::get)), or paged ([`get_paged`](Self::get_paged)).
     pub fn kind(&self) -> VariableKind {
         self.entry.kind
     }
@@ -246,7 +261,7 @@ impl SnapshotEntry<'_> {
     pub fn shape(&self) -> &[usize] {
         &self.entry.shape
     }
-    /// Its version number in this snapshot.
+    /// Its version number in this snapshot (0 for private state, which has no versions).
     pub fn version(&self) -> u64 {
         self.entry.number
     }
@@ -257,7 +272,9 @@ impl SnapshotEntry<'_> {
     /// [`Error::RankMismatch`] if `D` has a static rank and the value another one;
     /// [`Error::KindMismatch`] if it is a paged variable's ([`get_paged`](Self::get_paged)).
     pub fn get<A: Element, D: Dimension>(&self) -> Result<OwnedSnapshot<A, D>> {
-        self.check_kind(VariableKind::Dense)?;
+        if self.entry.kind != VariableKind::Private {
+            self.check_kind(VariableKind::Dense)?;
+        }
         if let Some(rank) = dim::rank::<D>() {
             if rank != self.entry.shape.len() {
                 return Err(Error::RankMismatch {

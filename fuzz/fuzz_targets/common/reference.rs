@@ -138,6 +138,7 @@ fn le<A: mvtensor::Element, const N: usize>(
     let elements = match kind {
         VariableKind::Dense => store.get::<A, IxDyn>(name).unwrap().read().to_owned(),
         VariableKind::Paged => store.get_paged::<A>(name).unwrap().read().to_array(),
+        other => unreachable!("a loaded store holds only variables, not {other} state"),
     };
     elements.iter().flat_map(|&x| f(x)).collect()
 }

@@ -157,7 +157,8 @@ impl Store {
     /// on either side where `options` refuse it, or a file over the memory budget
     /// ([`Restore::memory_budget`]); [`Error::ResourceConflict`] if a variable belongs to a
     /// section that holds it exclusively (restore through that section instead). Nothing is
-    /// applied then.
+    /// applied then. (Private state, always held exclusively, is restored all the same: the
+    /// commit takes its ticket, so it lands between two executions of its section.)
     pub fn restore(&self, path: impl AsRef<Path>, options: Restore) -> Result<usize> {
         let path = path.as_ref();
         let file = path.display().to_string();

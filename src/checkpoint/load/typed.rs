@@ -7,7 +7,9 @@ use safetensors::tensor::Dtype;
 use super::parse::{Raw, TREE_PER_PAGE};
 use super::{error, misfit};
 use crate::error::{check_shape, Error, Result};
-use crate::{CriticalSectionBuilder, Element, PagedVariable, Store, Txn, Variable};
+use crate::{
+    CriticalSectionBuilder, Element, PagedVariable, Private, Store, Txn, Variable, VariableKind,
+};
 
 /// Runs `$body` with the type `$A` set to the element type of the dtype `$dtype`, or
 /// `$unsupported` with `$other` bound to a dtype mvtensor has no element type for.
@@ -149,12 +151,13 @@ pub(super) trait Staged: Send {
 enum Checked<A: Element> {
     Dense(Variable<A>),
     Paged(PagedVariable<A>),
+    Private(Private<A>),
 }
 
 impl<A: Element> Target for Checked<A> {
     fn bytes_needed(&self, raw: &Raw<'_>) -> Option<usize> {
         match self {
-            Self::Dense(_) => Some(raw.data.len()),
+            Self::Dense(_) | Self::Private(_) => Some(raw.data.len()),
             Self::Paged(variable) => {
                 let layout = &variable.inner.layout;
                 // The commit's new table: every page replaced.
@@ -169,6 +172,7 @@ impl<A: Element> Target for Checked<A> {
         Ok(match *self {
             Self::Dense(variable) => Box::new(Assign { variable, value }),
             Self::Paged(variable) => Box::new(AssignPaged { variable, value }),
+            Self::Private(state) => Box::new(AssignPrivate { state, value }),
         })
     }
 }
@@ -199,6 +203,23 @@ impl<A: Element> Staged for AssignPaged<A> {
     }
     fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()> {
         tx.assign_paged(&self.variable, &self.value)
+    }
+}
+
+/// Private state's new value: set in place by the restore's execution, which takes the
+/// state's ticket (so it lands between two executions of its section) without claiming it.
+struct AssignPrivate<A: Element> {
+    state: Private<A>,
+    value: ArrayD<A>,
+}
+
+impl<A: Element> Staged for AssignPrivate<A> {
+    fn claim(&self, builder: CriticalSectionBuilder) -> CriticalSectionBuilder {
+        builder.private_unclaimed(&self.state)
+    }
+    fn assign(self: Box<Self>, tx: &Txn<'_>) -> Result<()> {
+        tx.private_mut(&self.state)?.assign(&self.value);
+        Ok(())
     }
 }
 
@@ -240,6 +261,14 @@ fn stage_typed<A: Element>(
             }
             variable.check_new_shape(&raw.shape)?;
             Ok(Box::new(Checked::Dense(variable)))
+        }
+        Err(Error::KindMismatch {
+            found: VariableKind::Private,
+            ..
+        }) => {
+            let state = store.get_private::<A, IxDyn>(name)?;
+            check_shape(name, state.shape(), &raw.shape)?;
+            Ok(Box::new(Checked::Private(state)))
         }
         Err(Error::KindMismatch { .. }) => {
             let variable = store.get_paged::<A>(name)?;
