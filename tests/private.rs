@@ -112,6 +112,56 @@ fn a_failed_or_panicking_execution_leaves_the_state_as_it_was() {
     assert_eq!(count(&section, &steps), 1);
 }
 
+/// `private_rewrite` lends the value beside an array to fill: the next value computed from
+/// the last, kept on success, undone on failure or panic, and a second rewrite in one
+/// execution (or a write after one) sees what the first wrote.
+#[test]
+fn a_rewrite_computes_the_next_state_and_is_undone_like_a_write() {
+    let m = Private::new("m", arr1(&[1.0f64, 2.0, 3.0]));
+    let section = CriticalSection::builder().private(&m).build().unwrap();
+    let halve = |tx: &mut mvtensor::Txn<'_>| -> Result<(), Error> {
+        let mut m = tx.private_rewrite(&m)?;
+        let (old, new) = m.split();
+        ndarray::Zip::from(new)
+            .and(old)
+            .for_each(|n, &o| *n = o / 2.0);
+        Ok(())
+    };
+    let value = || {
+        section
+            .execute(|tx| Ok::<_, Error>(tx.private(&m)?.to_owned()))
+            .unwrap()
+    };
+    section.execute(|tx| halve(tx)).unwrap();
+    assert_eq!(value(), arr1(&[0.5, 1.0, 1.5]));
+    // Twice in one execution, then a write on top: each sees the one before.
+    section
+        .execute(|tx| {
+            halve(tx)?;
+            halve(tx)?;
+            tx.private_mut(&m)?.mapv_inplace(|x| x + 1.0);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert_eq!(value(), arr1(&[1.125, 1.25, 1.375]));
+    let failed = section.execute(|tx| {
+        halve(tx)?;
+        Err::<(), _>(Failed::Asked)
+    });
+    assert_eq!(failed, Err(Failed::Asked));
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        section.execute(|tx| {
+            tx.private_mut(&m)?.fill(0.0);
+            halve(tx)?;
+            panic!("inside an execution");
+            #[allow(unreachable_code)]
+            Ok::<_, Error>(())
+        })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(value(), arr1(&[1.125, 1.25, 1.375]));
+}
+
 /// Executions that arrive while another runs are batched on one thread; when some of them
 /// fail, each failure is undone alone and every kept execution's write survives.
 #[test]

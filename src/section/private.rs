@@ -13,12 +13,13 @@
 //! (`section.execute(|tx| Ok(tx.private(&state)?.to_owned()))`), which orders the look with
 //! the section's commits.
 //!
-//! **All or nothing still holds.** The first write borrow of an execution copies the state's
-//! elements into a buffer its slot keeps (allocated once), and a failed or panicking
-//! execution copies them back: a failed execution leaves no trace, as with any resource. The copy is the
-//! price of in-place writes that can be undone; it costs a `memcpy` of the state per
-//! execution that writes it, where a versioned resource's commit costs a copy too, plus its
-//! version's publication and reclamation.
+//! **All or nothing still holds.** The slot keeps a second array of the state's shape. The
+//! first [`private_mut`](super::Txn::private_mut) of an execution copies the value into it;
+//! the first [`private_rewrite`](super::Txn::private_rewrite) copies nothing: the value's
+//! array becomes the kept one (and the source), the other one the value to fill. A failed or
+//! panicking execution copies the kept elements back, so it leaves no trace, as with any
+//! resource. An optimizer step, which computes the next state from the last, so changes
+//! private state with no copy at all.
 //!
 //! **Who touches the value.** It sits behind the state's own ticket queue: a section's batch
 //! takes that ticket with those of its other resources (in id order) and holds it while its
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 
 use super::claims::Claims;
-use super::slot::{AnySlot, Borrow};
+use super::slot::{AnySlot, Borrow, Source};
 use super::Resource;
 use crate::error::{Error, Result};
 use crate::record::CommitRecord;
@@ -240,9 +241,10 @@ pub(super) struct PrivateSlot<A: Element> {
     borrows: Cell<isize>,
     /// Whether the running execution has written: `before` then holds what it began with.
     written: Cell<bool>,
-    /// The value's elements as the running execution began, once it writes; a buffer kept
-    /// between executions (empty until the first write).
-    before: UnsafeCell<Vec<A>>,
+    /// The value as the running execution began, once it writes: a copy (`write`), or the
+    /// very array the value was (`rewrite`, which lends the other one to fill). Kept between
+    /// executions; `None` until the first write.
+    before: UnsafeCell<Option<ArrayD<A>>>,
 }
 
 // SAFETY: only the thread holding the section's batch flag touches the slot (the section's
@@ -256,7 +258,7 @@ impl<A: Element> PrivateSlot<A> {
             state,
             borrows: Cell::new(0),
             written: Cell::new(false),
-            before: UnsafeCell::new(Vec::new()),
+            before: UnsafeCell::new(None),
         }
     }
 
@@ -283,11 +285,43 @@ impl<A: Element> PrivateSlot<A> {
         // SAFETY: as in `read`, and no borrow of the state or of `before` is alive.
         let (value, before) = unsafe { (&mut *self.state.value.get(), &mut *self.before.get()) };
         if !self.written.replace(true) {
-            before.clear();
-            before.extend_from_slice(self.state.elements(value));
+            match before {
+                Some(before) => {
+                    let elements = self.state.elements(value);
+                    self.state.elements_mut(before).copy_from_slice(elements);
+                }
+                // The slot's first write: the buffer is made, once.
+                None => *before = Some(value.clone()),
+            }
         }
         self.borrows.set(-1);
         Ok((value, Borrow::new(&self.borrows)))
+    }
+
+    /// The state's value beside an array to fill with its next one, with no copy: the
+    /// execution's first such borrow lends the value itself as the source (kept aside for a
+    /// rollback) and the slot's buffer, whose elements are stale, as the target. A later one
+    /// in the same execution reads a copy of what the first wrote.
+    #[allow(clippy::mut_from_ref)] // the run-time borrow count is the check
+    pub(super) fn rewrite(
+        &self,
+        section: &str,
+    ) -> Result<(Source<'_, A>, &mut ArrayD<A>, Borrow<'_>)> {
+        let n = self.borrows.get();
+        if n != 0 {
+            return Err(self.borrowed(section, n < 0));
+        }
+        // SAFETY: as in `write`.
+        let (value, before) = unsafe { (&mut *self.state.value.get(), &mut *self.before.get()) };
+        let source = if self.written.replace(true) {
+            Source::Copied(value.clone())
+        } else {
+            let before = before.get_or_insert_with(|| value.clone());
+            std::mem::swap(value, before);
+            Source::Kept(before)
+        };
+        self.borrows.set(-1);
+        Ok((source, value, Borrow::new(&self.borrows)))
     }
 
     fn borrowed(&self, section: &str, mutably: bool) -> Error {
@@ -312,7 +346,12 @@ impl<A: Element> AnySlot for PrivateSlot<A> {
             // SAFETY: the batch holds the state's ticket, and the execution's borrows are gone
             // (they borrow its `Txn`, which the rollback takes mutably).
             let (value, before) = unsafe { (&mut *self.state.value.get(), &*self.before.get()) };
-            self.state.elements_mut(value).copy_from_slice(before);
+            let before = before
+                .as_ref()
+                .expect("made by the execution's first write");
+            self.state
+                .elements_mut(value)
+                .copy_from_slice(self.state.elements(before));
         }
     }
     /// Nothing to install: the writes are in place.

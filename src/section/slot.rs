@@ -353,6 +353,8 @@ pub(super) enum Source<'s, A: Element> {
     Kept(&'s ArrayD<A>),
     /// The execution's own earlier working copy, which the new one replaces.
     Replaced(Building<A>),
+    /// A copy of what the execution wrote before (private state rewritten twice).
+    Copied(ArrayD<A>),
 }
 
 impl<A: Element> Source<'_, A> {
@@ -360,6 +362,7 @@ impl<A: Element> Source<'_, A> {
         match self {
             Source::Kept(data) => data,
             Source::Replaced(building) => &building.data,
+            Source::Copied(data) => data,
         }
     }
 }

@@ -229,6 +229,33 @@ impl<'s> Txn<'s> {
         })
     }
 
+    /// The section's private state beside an array for its next value, to compute one from
+    /// the other in one sweep, as [`rewrite`](Self::rewrite) does for a variable (an
+    /// optimizer's moments: `m' = b m + (1 - b) g`). Nothing is copied: the array lent to fill
+    /// is one the state keeps for this, so its elements are **unspecified** (an older value)
+    /// until you write them: write every one. A second such borrow in one execution reads
+    /// what the first wrote.
+    ///
+    /// # Errors
+    /// [`Error::NotInResourceSet`] if another section holds it (or none);
+    /// [`Error::Borrowed`] while this execution holds another borrow of it.
+    pub fn private_rewrite<A: Element, D: Dimension>(
+        &self,
+        state: &Private<A, D>,
+    ) -> Result<TxnRewrite<'_, A, D>> {
+        let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
+        let (source, data, borrow) = slot.rewrite(self.section)?;
+        // SAFETY: the source lives as long as the borrow: kept unchanged by the slot until
+        // the execution ends, or owned by `source`, which the `TxnRewrite` holds.
+        let shown = unsafe { Shown::new(source.data()) };
+        Ok(TxnRewrite {
+            shown,
+            target: ShownMut::new(data),
+            source,
+            _borrow: borrow,
+        })
+    }
+
     fn write_with<A: Element, D: Dimension>(
         &self,
         variable: &Variable<A, D>,
