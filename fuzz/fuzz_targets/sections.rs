@@ -14,12 +14,15 @@
 #![no_main]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Once;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mvtensor::ndarray::{ArrayD, IxDyn};
 use mvtensor::{CriticalSection, Error, Store, Txn, Variable};
+
+#[path = "common/panics.rs"]
+mod panics;
+use panics::{is_ours, quiet_hook_for_our_panics, PANIC};
 
 const VARS: usize = 4;
 const MAX_OPS: usize = 128;
@@ -270,41 +273,16 @@ fn run_steps(
     Ok(())
 }
 
-/// The message of the panics the target causes on purpose.
-const PANIC: &str = "the execution panics on purpose";
-
-fn is_ours(payload: &(dyn std::any::Any + Send)) -> bool {
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied());
-    message == Some(PANIC)
+fn ndarray_zip(a: &ArrayD<i64>, b: &ArrayD<i64>, f: fn(i64, i64) -> i64) -> ArrayD<i64> {
+    let mut out = a.clone();
+    out.zip_mut_with(b, |x, &y| *x = f(*x, y));
+    out
 }
 
 fn refused() -> Error {
     Error::NotFound {
         name: "refused".into(),
     }
-}
-
-/// libFuzzer's panic hook aborts on any panic. Ours stays silent for the panics the target
-/// causes on purpose (caught and checked) and hands every other one to it.
-fn quiet_hook_for_our_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !is_ours(info.payload()) {
-                previous(info);
-            }
-        }));
-    });
-}
-
-fn ndarray_zip(a: &ArrayD<i64>, b: &ArrayD<i64>, f: fn(i64, i64) -> i64) -> ArrayD<i64> {
-    let mut out = a.clone();
-    out.zip_mut_with(b, |x, &y| *x = f(*x, y));
-    out
 }
 
 fuzz_target!(|input: Input| {
