@@ -85,7 +85,8 @@
 //!   only a section touches (a step count, an optimizer's moments) can be [`Private`] to it:
 //!   changed in place, with no version per commit.
 //! * **Consistent snapshots.** [`Store::snapshot`] shows every variable as of one point in
-//!   the commit order, never half an execution, and never waits for a writer.
+//!   the commit order, never half an execution, and never waits for a writer (only for the
+//!   running batch of a section whose private state the store holds, to copy it).
 //! * **Optimizers and rows.** [`optim::Optimizer`] applies SGD, momentum or Adam(W) to a
 //!   whole parameter set in one execution; [`Variable::scatter_add`] and
 //!   [`Variable::gather`] update and read rows.

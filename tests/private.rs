@@ -454,8 +454,62 @@ fn inside_an_execution_snapshots_leave_private_state_out() {
         Err(Error::NotFound { .. })
     ));
     assert!(matches!(saved, Err(Error::Reentrant { .. })));
+    // The snapshot itself knows what it lacks: a checkpoint of it is refused.
+    match snapshot.to_bytes() {
+        Err(Error::Checkpoint { problem, .. }) => assert!(problem.contains("`adds`"), "{problem}"),
+        other => panic!("{other:?}"),
+    }
     if !cfg!(miri) {
         // (Miri isolates the file system.)
         assert!(!std::path::Path::new("never-written").exists());
     }
+}
+
+/// A borrow leaked inside an execution ends with it: a failed execution is still undone,
+/// and the next one borrows the state as usual.
+#[test]
+fn a_leaked_borrow_ends_with_its_execution() {
+    let state = Private::new("state", arr0(1i64));
+    let section = CriticalSection::builder().private(&state).build().unwrap();
+    let failed = section.execute(|tx| {
+        tx.private_mut(&state)?[[]] = 5;
+        std::mem::forget(tx.private(&state)?);
+        Err::<(), _>(Failed::Asked)
+    });
+    assert_eq!(failed, Err(Failed::Asked));
+    section
+        .execute(|tx| {
+            std::mem::forget(tx.private_mut(&state)?);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let now = section.execute(|tx| Ok::<_, Error>(tx.private(&state)?[[]]));
+    assert_eq!(now, Ok(1));
+}
+
+/// A periodic saver asked from inside an execution of the section that owns a store's private
+/// state refuses at once, even while another save of the same saver waits for that state's
+/// ticket (which the execution holds): it never waits for the saver's lock.
+#[test]
+#[cfg_attr(miri, ignore = "file system I/O (miri isolates it)")]
+fn a_save_from_inside_the_owning_section_is_refused_not_deadlocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = mvtensor::checkpoint::Checkpoints::new(dir.path(), 2).unwrap();
+    let store = Store::new();
+    let (section, total, adds) = counted_total(&store);
+    add_one(&section, &total, &adds);
+    std::thread::scope(|s| {
+        let inside = section
+            .execute(|_| {
+                // Another thread's save: it takes the saver's lock and waits for the ticket
+                // this execution holds, until the execution ends.
+                let other = s.spawn(|| checkpoints.save(&store));
+                Ok::<_, Error>((checkpoints.save(&store), other))
+            })
+            .unwrap();
+        let (mine, other) = inside;
+        assert!(matches!(mine, Err(Error::Reentrant { .. })), "{mine:?}");
+        assert!(other.join().unwrap().is_ok());
+    });
+    assert_eq!(checkpoints.list().unwrap().len(), 1);
 }

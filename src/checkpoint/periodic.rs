@@ -10,7 +10,7 @@ use super::checkpoint_error;
 use super::file::remove_stale;
 use crate::error::{check_setting, Error, Result};
 use crate::sync::lock_std as lock;
-use crate::{Store, StoreSnapshot};
+use crate::{Store, StoreSnapshot, VariableKind};
 
 /// A directory of numbered checkpoints (`checkpoint-<n>.safetensors`), of which the newest
 /// `keep` are kept. Call [`save`](Self::save) every N steps, or let
@@ -92,7 +92,9 @@ impl Checkpoints {
     }
 
     /// Saves a snapshot of `store` as the next file, then removes all but the newest
-    /// `keep`. Returns the new file's path. Writers of the store are never blocked. The file's
+    /// `keep`. Returns the new file's path. Writers of the store's variables are never
+    /// blocked (a section whose private state the store holds waits while it is copied:
+    /// see [`Store::snapshot`]). The file's
     /// permissions are `0o666` less the process's umask ([`StoreSnapshot::save`]).
     ///
     /// First it removes what interrupted saves of processes that are gone left (see
@@ -115,6 +117,9 @@ impl Checkpoints {
         store: &Store,
         unchanged: impl FnOnce(&StoreSnapshot) -> bool,
     ) -> Result<Option<PathBuf>> {
+        // Before the lock: a ticket holder asking here must not wait for a save that waits
+        // for its ticket.
+        store.check_private_copy()?;
         let (snapshot, n) = {
             // Snapshot and number under one lock: concurrent saves number their files in
             // the order of their snapshots.
@@ -151,11 +156,13 @@ impl Checkpoints {
     }
 
     /// Saves `store` every `interval` from a background thread until the returned handle is
-    /// stopped or dropped. Saving never blocks the store's writers.
+    /// stopped or dropped. Saving never blocks the writers of the store's variables (as for
+    /// [`save`](Self::save)).
     ///
     /// An interval in which no variable of the store was written saves nothing (counted in
     /// [`Progress::unchanged`]): a paused trainer's newest `keep` files stay distinct
-    /// checkpoints instead of becoming copies of its last state. A save that fails (a full
+    /// checkpoints instead of becoming copies of its last state. A store that holds private
+    /// state, which has no versions to compare, saves every interval. A save that fails (a full
     /// disk, a directory gone for a while) is counted and kept in [`Periodic::progress`],
     /// and the next interval tries again: a trainer that runs for days keeps checkpointing
     /// once the cause is gone.
@@ -188,7 +195,9 @@ impl Checkpoints {
                     let saved = checkpoints.save_unless(&store, |snapshot| {
                         let now = snapshot.iter().map(|v| (v.name().to_owned(), v.version()));
                         let now: Vec<_> = now.collect();
-                        let same = last.as_ref() == Some(&now);
+                        // Private state has no versions to compare: always saved.
+                        let same = last.as_ref() == Some(&now)
+                            && snapshot.iter().all(|v| v.kind() != VariableKind::Private);
                         cut = Some(now);
                         same
                     });

@@ -35,6 +35,13 @@ impl StoreSnapshot {
     /// header's metadata entry, which no reader could tell apart (the file would be written,
     /// and unreadable), or if the header passes what safetensors reads.
     pub(super) fn plan(&self) -> Result<Plan<'_>, String> {
+        if let Some(name) = self.left_out().first() {
+            return Err(format!(
+                "the snapshot was taken inside an execution (or a queued variable's update \
+                 closure), where private state cannot be copied, and leaves out `{name}`: \
+                 take it outside"
+            ));
+        }
         if self.entries().iter().any(|(name, _)| &**name == METADATA) {
             return Err(format!(
                 "a variable is named `{METADATA}`, which safetensors reserves for the \

@@ -353,7 +353,8 @@ impl CriticalSection {
     /// If `f` panics, the panic is resumed in this caller once its batch is over (nothing of
     /// `f` is committed; the executions batched with it commit as usual). Nothing else in
     /// `execute` panics, short of a bug in mvtensor (a batch that fails outside any closure
-    /// commits nothing, and each of its callers is told with a panic).
+    /// commits nothing, and each of its callers is told with a panic; its jobs' writes to
+    /// [`Private`] state, made in place, stay).
     pub fn execute<R, E, F>(&self, f: F) -> Result<R, E>
     where
         F: FnOnce(&mut Txn<'_>) -> Result<R, E> + Send,

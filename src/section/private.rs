@@ -338,13 +338,15 @@ impl<A: Element> AnySlot for PrivateSlot<A> {
         self
     }
     fn begin(&self) {
+        self.borrows.set(0); // a leaked guard's borrow ends with its execution
         self.written.set(false);
     }
     fn rollback(&self) {
+        self.borrows.set(0); // a leaked guard's borrow ends with its execution
         if self.written.replace(false) {
-            debug_assert_eq!(self.borrows.get(), 0, "a borrow outlived its execution");
             // SAFETY: the batch holds the state's ticket, and the execution's borrows are gone
-            // (they borrow its `Txn`, which the rollback takes mutably).
+            // (they borrow its `Txn`, which the rollback takes mutably; a leaked one can no
+            // longer be used).
             let (value, before) = unsafe { (&mut *self.state.value.get(), &*self.before.get()) };
             let before = before
                 .as_ref()
@@ -363,6 +365,7 @@ impl<A: Element> AnySlot for PrivateSlot<A> {
     fn install(&self, _: &Arc<CommitRecord>, _: &epoch::Guard) {}
     fn finish(&self, _: &epoch::Guard) {}
     fn clear(&self) {
+        self.borrows.set(0);
         self.written.set(false);
     }
 }

@@ -212,7 +212,8 @@ impl Store {
     /// [`Error::NotFound`] if there is none; [`Error::DTypeMismatch`] if it holds another
     /// element type than `A`; [`Error::RankMismatch`] if `D` has a static rank and the
     /// variable another one (or a dynamic shape whose rank may change);
-    /// [`Error::KindMismatch`] if it is a paged variable ([`get_paged`](Self::get_paged)).
+    /// [`Error::KindMismatch`] if it is a paged variable ([`get_paged`](Self::get_paged)) or
+    /// private state ([`get_private`](Self::get_private)).
     pub fn get<A: Element, D: Dimension>(&self, name: &str) -> Result<Variable<A, D>> {
         let inner = self.typed::<A, Inner<A>>(name, VariableKind::Dense)?;
         inner.check_rank::<D>()?;
@@ -256,8 +257,9 @@ impl Store {
     /// never part of a critical-section execution. Never waits for writers (a writer
     /// preempted mid-commit is simply not part of the cut), but for the running batch of a
     /// section whose private state the store holds, which it copies under its ticket
-    /// ([`Store::private`]); inside an execution it leaves private state out. See
-    /// [`StoreSnapshot`].
+    /// ([`Store::private`]); inside an execution (or a queued variable's update closure) it
+    /// leaves private state out: `get` of it is then [`Error::NotFound`], and a checkpoint of
+    /// that snapshot is refused. See [`StoreSnapshot`].
     pub fn snapshot(&self) -> StoreSnapshot {
         StoreSnapshot::take(&self.registry.load())
     }

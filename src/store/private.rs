@@ -147,11 +147,18 @@ impl Store {
     /// A snapshot for a checkpoint: with every private state, or [`Error::Reentrant`] if the
     /// store has some and this thread holds tickets (it would leave them out).
     pub(crate) fn complete_snapshot(&self) -> Result<StoreSnapshot> {
-        let registry = self.registry.load();
-        if !privates(registry.iter()).is_empty() {
-            running::check_outside(|| "a checkpoint of a store with private state".into())?;
+        self.check_private_copy()?;
+        Ok(StoreSnapshot::take(&self.registry.load()))
+    }
+
+    /// [`Error::Reentrant`] if the store holds private state and this thread holds tickets:
+    /// a snapshot here would leave the state out. Callers that take a lock before the
+    /// snapshot ask first, so that a ticket holder never waits for that lock.
+    pub(crate) fn check_private_copy(&self) -> Result<()> {
+        if privates(self.registry.load().iter()).is_empty() {
+            return Ok(());
         }
-        Ok(StoreSnapshot::take(&registry))
+        running::check_outside(|| "a checkpoint of a store with private state".into())
     }
 }
 

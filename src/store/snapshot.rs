@@ -48,6 +48,9 @@ use ndarray::Dimension;
 pub struct StoreSnapshot {
     timestamp: u64,
     entries: BTreeMap<Arc<str>, Captured>,
+    /// Private state this snapshot could not copy (taken inside ticket-holding work): a
+    /// checkpoint of it is refused.
+    left_out: Vec<Arc<str>>,
 }
 
 /// Runs `capture` at one point of the commit order: registers in the horizon, ticks the clock
@@ -129,12 +132,18 @@ impl StoreSnapshot {
         let privates = super::private::privates(registry.iter());
         let mut copies = Vec::with_capacity(privates.len());
         let mut tickets = Vec::with_capacity(privates.len());
+        let mut left_out = Vec::new();
         if running::check_outside(String::new).is_ok() {
             for (name, state) in privates {
                 tickets.push(state.queue().enter());
                 // SAFETY: we hold its ticket.
                 copies.push((Arc::clone(name), unsafe { state.capture() }));
             }
+        } else {
+            left_out = privates
+                .into_iter()
+                .map(|(name, _)| Arc::clone(name))
+                .collect();
         }
         let (timestamp, mut entries) = at_one_point(|at, guard| {
             let mut entries = BTreeMap::new();
@@ -151,7 +160,16 @@ impl StoreSnapshot {
         });
         drop(tickets);
         entries.extend(copies);
-        Self { timestamp, entries }
+        Self {
+            timestamp,
+            entries,
+            left_out,
+        }
+    }
+
+    /// Private state this snapshot left out (it was taken inside ticket-holding work).
+    pub(crate) fn left_out(&self) -> &[Arc<str>] {
+        &self.left_out
     }
 
     /// The clock value this snapshot is taken at: it shows exactly the writes whose commit
