@@ -48,6 +48,46 @@ pub struct TxnRewrite<'t, A: Element, D: Dimension = IxDyn> {
     pub(super) _borrow: Borrow<'t>,
 }
 
+impl<'t, A: Element, D: Dimension> TxnRef<'t, A, D> {
+    /// Lends what `inner` holds (a resource's borrowed array, or an outside version).
+    pub(super) fn new(inner: RefInner<'t, A>) -> Self {
+        // SAFETY: the array lives as long as `inner` (a borrow of a slot's array, or a count
+        // of the version), which the `TxnRef` holds; moving `inner` moves no array.
+        let shown = unsafe { Shown::new(inner.data()) };
+        Self { shown, inner }
+    }
+}
+
+impl<'t, A: Element, D: Dimension> TxnMut<'t, A, D> {
+    /// Lends `data` mutably, for as long as `borrow` counts it.
+    pub(super) fn new(data: &'t mut ArrayD<A>, borrow: Borrow<'t>) -> Self {
+        Self {
+            shown: ShownMut::new(data),
+            _borrow: borrow,
+        }
+    }
+}
+
+impl<'t, A: Element, D: Dimension> TxnRewrite<'t, A, D> {
+    /// Lends `source` beside `target`, its next value to fill, for as long as `borrow` counts
+    /// them.
+    pub(super) fn new(
+        source: Source<'t, A>,
+        target: &'t mut ArrayD<A>,
+        borrow: Borrow<'t>,
+    ) -> Self {
+        // SAFETY: the source's array lives as long as the borrow: kept unchanged by its slot
+        // until the execution ends, or owned by `source`, which the `TxnRewrite` holds.
+        let shown = unsafe { Shown::new(source.data()) };
+        Self {
+            shown,
+            target: ShownMut::new(target),
+            source,
+            _borrow: borrow,
+        }
+    }
+}
+
 impl<A: Element, D: Dimension> TxnRewrite<'_, A, D> {
     /// The value the execution saw before this write.
     pub fn source(&self) -> &ArrayRef<A, D> {

@@ -12,7 +12,6 @@ use super::guards::{RefInner, TxnMut, TxnRef, TxnRewrite};
 use super::private::{Private, PrivateSlot};
 use super::slot::{AnySlot, Init, Slot};
 use super::Resource;
-use crate::dim::{Shown, ShownMut};
 use crate::error::{Error, Result};
 use crate::record::SharedRecords;
 use crate::sync::epoch;
@@ -127,10 +126,7 @@ impl<'s> Txn<'s> {
             }
             Err(_) => RefInner::Outside(self.outside(variable)),
         };
-        // SAFETY: the array lives as long as `inner` (a borrow of the working copy, or a
-        // count of the version), which the `TxnRef` holds.
-        let shown = unsafe { Shown::new(inner.data()) };
-        Ok(TxnRef { shown, inner })
+        Ok(TxnRef::new(inner))
     }
 
     /// The variable's working copy, to change in place; the first write of an execution
@@ -181,15 +177,7 @@ impl<'s> Txn<'s> {
     ) -> Result<TxnRewrite<'_, A, D>> {
         let slot = self.slot(variable.erased())?;
         let (source, data, borrow) = slot.rewrite(self.section)?;
-        // SAFETY: the source lives as long as the borrow: kept unchanged by the slot until
-        // the execution ends, or owned by `source`, which the `TxnRewrite` holds.
-        let shown = unsafe { Shown::new(source.data()) };
-        Ok(TxnRewrite {
-            shown,
-            target: ShownMut::new(data),
-            source,
-            _borrow: borrow,
-        })
+        Ok(TxnRewrite::new(source, data, borrow))
     }
 
     /// The section's private state, to read (see [`Private`]).
@@ -204,11 +192,7 @@ impl<'s> Txn<'s> {
     ) -> Result<TxnRef<'_, A, D>> {
         let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
         let (data, borrow) = slot.read(self.section)?;
-        let inner = RefInner::Resource(data, borrow);
-        // SAFETY: the array lives as long as `inner`'s borrow of the slot, which the `TxnRef`
-        // holds.
-        let shown = unsafe { Shown::new(inner.data()) };
-        Ok(TxnRef { shown, inner })
+        Ok(TxnRef::new(RefInner::Resource(data, borrow)))
     }
 
     /// The section's private state, to change in place (see [`Private`]). The first such
@@ -223,10 +207,7 @@ impl<'s> Txn<'s> {
     ) -> Result<TxnMut<'_, A, D>> {
         let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
         let (data, borrow) = slot.write(self.section)?;
-        Ok(TxnMut {
-            shown: ShownMut::new(data),
-            _borrow: borrow,
-        })
+        Ok(TxnMut::new(data, borrow))
     }
 
     /// The section's private state beside an array for its next value, to compute one from
@@ -245,15 +226,7 @@ impl<'s> Txn<'s> {
     ) -> Result<TxnRewrite<'_, A, D>> {
         let slot: &PrivateSlot<A> = self.slot_as(state.id(), state.name())?;
         let (source, data, borrow) = slot.rewrite(self.section)?;
-        // SAFETY: the source lives as long as the borrow: kept unchanged by the slot until
-        // the execution ends, or owned by `source`, which the `TxnRewrite` holds.
-        let shown = unsafe { Shown::new(source.data()) };
-        Ok(TxnRewrite {
-            shown,
-            target: ShownMut::new(data),
-            source,
-            _borrow: borrow,
-        })
+        Ok(TxnRewrite::new(source, data, borrow))
     }
 
     fn write_with<A: Element, D: Dimension>(
@@ -262,10 +235,7 @@ impl<'s> Txn<'s> {
         init: Init<'_, A>,
     ) -> Result<TxnMut<'_, A, D>> {
         let (data, borrow) = self.slot(variable.erased())?.write(self.section, init)?;
-        Ok(TxnMut {
-            shown: ShownMut::new(data),
-            _borrow: borrow,
-        })
+        Ok(TxnMut::new(data, borrow))
     }
 
     /// The variable's slot, if it is one of the section's resources.
